@@ -1,0 +1,12 @@
+"""Wire the broker's components together (one place, so each helper adds one line)."""
+
+from __future__ import annotations
+
+from .broker import Broker
+from .clock import Clock
+from .config import Config
+
+
+def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
+    broker = Broker(cfg, clock)
+    return broker

@@ -1,0 +1,103 @@
+"""The broker: everything a handler may ask, in one object.
+
+Components (topic store, group coordinator runtime, offsets log, ...) hang off
+:class:`Broker`.  Components with a life cycle register themselves with
+:meth:`Broker.add_component`; the server starts them before listening and stops them,
+in reverse order, on shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .clock import Clock, SystemClock
+from .config import Config
+from .logs import get as get_logger
+from .topics import TopicStore
+
+log = get_logger("rallypoint.broker")
+
+
+class Component(Protocol):
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclass
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    broker: Broker
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    client_host: str
+    connection_id: int
+
+
+def _load_or_make_cluster_id(data_dir: Path, node_id: int) -> str:
+    """Kafka keeps ``cluster.id`` in ``meta.properties``; so do we, so it is stable per data dir."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    meta = data_dir / "meta.properties"
+    if meta.exists():
+        for line in meta.read_text().splitlines():
+            if line.startswith("cluster.id="):
+                return line.split("=", 1)[1].strip()
+    # Kafka's cluster ids are base64url UUIDs (22 chars); readable and valid for clients.
+    import base64
+
+    cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    tmp = meta.with_suffix(".tmp")
+    tmp.write_text(f"version=1\ncluster.id={cid}\nnode.id={node_id}\n")
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    tmp.replace(meta)
+    return cid
+
+
+class Broker:
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.node_id: int = config["node.id"]
+        self.data_dir = Path(config["data.dir"])
+        self.cluster_id = _load_or_make_cluster_id(self.data_dir, self.node_id)
+        self.topics = TopicStore(
+            default_partitions=config["num.partitions"],
+            auto_create=config["auto.create.topics.enable"],
+        )
+        self.bound_port: int = config["port"]
+        self._components: list[Component] = []
+        # Named components (e.g. "groups", "offsets", "log") for handlers to reach.
+        self.parts: dict[str, Any] = {}
+
+    @property
+    def advertised_host(self) -> str:
+        return self.config.advertised_host
+
+    @property
+    def advertised_port(self) -> int:
+        p = self.config["advertised.port"]
+        return int(p) if p is not None else self.bound_port
+
+    def add_component(self, name: str, component: Any) -> None:
+        self.parts[name] = component
+        if hasattr(component, "start") and hasattr(component, "stop"):
+            self._components.append(component)
+
+    async def start(self) -> None:
+        for c in self._components:
+            await c.start()
+
+    async def stop(self) -> None:
+        for c in reversed(self._components):
+            try:
+                await c.stop()
+            except Exception:
+                log.exception("component stop failed", component=type(c).__name__)

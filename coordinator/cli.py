@@ -1,0 +1,120 @@
+"""Command line: ``rallypoint [serve flags]`` runs the broker; other tools are subcommands.
+
+    rallypoint --host 127.0.0.1 --port 9092 --data-dir DIR --advertised-host H \
+               --config key=value ... [--log-format console|json] [--log-level info]
+    rallypoint probe --host H --port P          # one ApiVersions round trip, exit 0/1
+
+Exit code 2 for bad arguments or configuration, before anything listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+from . import config as config_mod
+from . import logs
+
+# subcommand -> "module:function" taking argv (list[str]) and returning an exit code.
+SUBCOMMANDS: dict[str, str] = {
+    "probe": "coordinator.probe:main",
+}
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rallypoint",
+        description="A Kafka-compatible test broker with a faithful consumer-group coordinator.",
+        epilog="Subcommands: " + ", ".join(sorted(SUBCOMMANDS)) + " (rallypoint SUBCOMMAND --help).",
+    )
+    p.add_argument("--host", help="address to bind (config host, default 127.0.0.1)")
+    p.add_argument("--port", help="port to bind (config port, default 9092; 0 = any free port)")
+    p.add_argument("--data-dir", help="data directory (config data.dir)")
+    p.add_argument("--advertised-host", help="host told to clients (config advertised.host)")
+    p.add_argument("--advertised-port", help="port told to clients (config advertised.port)")
+    p.add_argument(
+        "--config",
+        "-c",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any setting by its Kafka property name (repeatable)",
+    )
+    p.add_argument("--log-format", choices=("console", "json"), default="console")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    return p
+
+
+def parse_serve_args(argv: Sequence[str]) -> tuple[config_mod.Config, argparse.Namespace]:
+    parser = _serve_parser()
+    args = parser.parse_args(list(argv))
+    overrides: dict[str, str] = {}
+    for item in args.config:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise config_mod.ConfigError(f"--config expects KEY=VALUE, got {item!r}")
+        overrides[key.strip()] = value
+    for flag, key in (
+        ("host", "host"),
+        ("port", "port"),
+        ("data_dir", "data.dir"),
+        ("advertised_host", "advertised.host"),
+        ("advertised_port", "advertised.port"),
+    ):
+        v = getattr(args, flag)
+        if v is not None:
+            overrides[key] = v
+    return config_mod.load(overrides), args
+
+
+async def serve(cfg: config_mod.Config) -> None:
+    from .assemble import build_broker
+    from .server import Server
+
+    broker = build_broker(cfg)
+    server = Server(broker, cfg["host"], cfg["port"])
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def _run_subcommand(name: str, argv: list[str]) -> int:
+    mod_name, func_name = SUBCOMMANDS[name].split(":")
+    func: Callable[[list[str]], int] = getattr(importlib.import_module(mod_name), func_name)
+    return func(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SUBCOMMANDS:
+        return _run_subcommand(argv[0], argv[1:])
+    try:
+        cfg, args = parse_serve_args(argv)
+    except config_mod.ConfigError as e:
+        print(f"rallypoint: error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # argparse: --help (0) or usage error (2)
+        return int(e.code or 0)
+    logs.configure(args.log_format, args.log_level)
+    try:
+        asyncio.run(serve(cfg))
+    except OSError as e:
+        print(f"rallypoint: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

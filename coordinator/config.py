@@ -1,0 +1,203 @@
+"""Broker configuration with Kafka's property names.
+
+Precedence: command-line flags (``--host``, ``--config key=value`` ...) > environment
+variables ``KAFKA_<KEY>`` (dots → underscores, upper case, as the apache/kafka image does) >
+defaults.  Unknown keys and bad values raise :class:`ConfigError` before anything listens.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _bool(v: str) -> bool:
+    s = v.strip().lower()
+    if s in ("true", "1", "yes"):
+        return True
+    if s in ("false", "0", "no"):
+        return False
+    raise ValueError(f"not a boolean: {v!r}")
+
+
+def _int_range(lo: int, hi: int = 2**63 - 1) -> Callable[[str], int]:
+    def parse(v: str) -> int:
+        n = int(v.strip())
+        if not lo <= n <= hi:
+            raise ValueError(f"{n} is outside [{lo}, {hi}]")
+        return n
+
+    return parse
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(v: str) -> str:
+        s = v.strip().lower()
+        if s not in options:
+            raise ValueError(f"{v!r} is not one of {', '.join(options)}")
+        return s
+
+    return parse
+
+
+def _str(v: str) -> str:
+    return v.strip()
+
+
+INT32_MAX: Final = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    parse: Callable[[str], Any]
+    default: Any
+    doc: str
+
+
+# Every key we accept.  The README's config table lists these (a test keeps them in sync).
+SETTINGS: Final[dict[str, Setting]] = {
+    s.key: s
+    for s in (
+        Setting("host", _str, "127.0.0.1", "address to bind"),
+        Setting("port", _int_range(0, 65535), 9092, "port to bind (0 = any free port)"),
+        Setting("advertised.host", _str, None, "host clients are told to connect to (default: host)"),
+        Setting("advertised.port", _int_range(0, 65535), None, "port clients are told (default: the bound port)"),
+        Setting(
+            "advertised.listeners",
+            _str,
+            None,
+            "Kafka-style PLAINTEXT://host:port; sets advertised.host/port",
+        ),
+        Setting("data.dir", _str, "/tmp/rallypoint-data", "directory for the offsets log and metadata"),
+        Setting("node.id", _int_range(0, INT32_MAX), 1, "broker id in Metadata"),
+        Setting("socket.request.max.bytes", _int_range(1, INT32_MAX), 104857600, "largest request frame"),
+        Setting("auto.create.topics.enable", _bool, True, "create topics on Metadata/Produce"),
+        Setting("num.partitions", _int_range(1, 100000), 1, "partitions of auto-created topics"),
+        Setting("log.retention.bytes", _int_range(-1), 256 * 1024 * 1024, "per-partition bytes kept in memory"),
+        Setting("group.initial.rebalance.delay.ms", _int_range(0, INT32_MAX), 0, "initial rebalance delay"),
+        Setting("group.min.session.timeout.ms", _int_range(0, INT32_MAX), 6000, "smallest session timeout"),
+        Setting("group.max.session.timeout.ms", _int_range(0, INT32_MAX), 1800000, "largest session timeout"),
+        Setting("group.max.size", _int_range(1, INT32_MAX), INT32_MAX, "members per group"),
+        Setting("offsets.topic.num.partitions", _int_range(1, 10000), 50, "partitions of __consumer_offsets"),
+        Setting("offsets.topic.segment.bytes", _int_range(1024, INT32_MAX), 104857600, "offsets log segment size"),
+        Setting("offset.metadata.max.bytes", _int_range(0, INT32_MAX), 4096, "largest commit metadata"),
+        Setting("offsets.retention.minutes", _int_range(1, INT32_MAX), 10080, "offset retention"),
+        Setting("offsets.retention.check.interval.ms", _int_range(1, 2**62), 600000, "how often offsets expire"),
+        Setting("log.cleaner.delete.retention.ms", _int_range(0, 2**62), 86400000, "how long tombstones are kept"),
+        Setting(
+            "rallypoint.offsets.flush",
+            _choice("always", "interval", "never"),
+            "always",
+            "fsync policy of the offsets log",
+        ),
+        Setting("rallypoint.offsets.flush.interval.ms", _int_range(1, INT32_MAX), 1000, "fsync interval"),
+    )
+}
+
+
+def env_name(key: str) -> str:
+    return "KAFKA_" + key.replace(".", "_").upper()
+
+
+@dataclass
+class Config:
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def get(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def advertised_host(self) -> str:
+        h = self.values["advertised.host"]
+        if h:
+            return str(h)
+        host = str(self.values["host"])
+        return "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+
+
+# Env vars of the apache/kafka image that we read but that are not settings of ours.
+_IGNORED_ENV: Final = {
+    "KAFKA_HEAP_OPTS",
+    "KAFKA_OPTS",
+    "KAFKA_LOG4J_OPTS",
+    "KAFKA_JMX_OPTS",
+    "KAFKA_LISTENERS",
+    "KAFKA_PROCESS_ROLES",
+    "KAFKA_CONTROLLER_QUORUM_VOTERS",
+    "KAFKA_CONTROLLER_LISTENER_NAMES",
+    "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP",
+    "KAFKA_INTER_BROKER_LISTENER_NAME",
+    "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
+    "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+    "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR",
+    "KAFKA_CLUSTER_ID",
+    "KAFKA_BROKER_ID",
+    "KAFKA_LOG_DIRS",
+    "KAFKA_VERSION",
+}
+
+_ENV_ALIASES: Final = {"KAFKA_LOG_DIRS": "data.dir", "KAFKA_BROKER_ID": "node.id"}
+
+
+def _parse_listener(value: str) -> tuple[str, int | None]:
+    """``PLAINTEXT://host:port[,...]`` → (host, port) of the first listener."""
+    first = value.split(",")[0].strip()
+    if "://" in first:
+        first = first.split("://", 1)[1]
+    if first.startswith("["):  # [ipv6]:port
+        host, _, rest = first[1:].partition("]")
+        port = rest.lstrip(":")
+    else:
+        host, _, port = first.rpartition(":")
+        if not host:
+            host, port = port, ""
+    if not host:
+        raise ValueError(f"no host in listener {value!r}")
+    return host, (int(port) if port else None)
+
+
+def load(overrides: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Merge defaults < environment < overrides (already stringly, Kafka property names)."""
+    env = os.environ if env is None else env
+    raw: dict[str, tuple[str, str]] = {}  # key -> (value, where it came from)
+    for name, value in env.items():
+        if not name.startswith("KAFKA_") or name in _IGNORED_ENV - set(_ENV_ALIASES):
+            continue
+        key = _ENV_ALIASES.get(name) or name[len("KAFKA_") :].lower().replace("_", ".")
+        if key not in SETTINGS:
+            # Unknown KAFKA_* variables are other tools' business (the apache/kafka image
+            # accepts any broker property); we only refuse unknown keys given to us directly.
+            continue
+        raw[key] = (value, f"environment variable {name}")
+    for key, value in (overrides or {}).items():
+        if key not in SETTINGS:
+            raise ConfigError(f"unknown config key {key!r} (known keys: see README)")
+        raw[key] = (value, f"--config {key}")
+    values = {k: s.default for k, s in SETTINGS.items()}
+    for key, (value, where) in raw.items():
+        try:
+            values[key] = SETTINGS[key].parse(value)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"bad value for {key} from {where}: {e}") from None
+    if values["advertised.listeners"]:
+        try:
+            host, port = _parse_listener(values["advertised.listeners"])
+        except ValueError as e:
+            raise ConfigError(f"bad advertised.listeners: {e}") from None
+        if "advertised.host" not in raw:
+            values["advertised.host"] = host
+        if "advertised.port" not in raw and port is not None:
+            values["advertised.port"] = port
+    if values["group.min.session.timeout.ms"] > values["group.max.session.timeout.ms"]:
+        raise ConfigError("group.min.session.timeout.ms is larger than group.max.session.timeout.ms")
+    return Config(values)

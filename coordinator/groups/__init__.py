@@ -1,0 +1,1 @@
+"""Classic consumer groups: the sans-IO state machine and its runtime."""

@@ -1,0 +1,34 @@
+"""One module per API, each with ``API_KEY`` and ``async def handle(ctx, request)``.
+
+``handle`` returns a dict (the response body, built for the request's version by
+``protocol.codec``) or ``None`` when no response is sent (Produce with acks=0).
+Handlers are thin: decode (done by the server) → ask the broker's components → answer.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from protocol.apis import SERVED_APIS
+
+Handler = Callable[[Any, Any], Awaitable[Mapping[str, Any] | None]]
+
+# Module per served API key.  Keep in step with protocol/apis.py (a test checks both ways).
+MODULES: dict[int, str] = {
+    18: "api_versions",
+    3: "metadata",
+}
+
+
+def load_handlers() -> dict[int, Handler]:
+    handlers: dict[int, Handler] = {}
+    for key, name in MODULES.items():
+        mod = importlib.import_module(f"{__name__}.{name}")
+        assert mod.API_KEY == key, name
+        handlers[key] = mod.handle
+    missing = set(SERVED_APIS) - set(handlers)
+    if missing:
+        raise RuntimeError(f"APIs advertised without a handler: {sorted(missing)}")
+    return handlers

@@ -1,0 +1,38 @@
+"""The one table of APIs and version ranges rallypoint serves.
+
+Dispatch (``coordinator/server.py``) and the ApiVersions answer both read this table,
+so we never advertise a version we cannot decode and handle.  A test keeps the README's
+API table in sync with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRange:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+
+# key -> served range.  Add a line here only together with a handler module.
+SERVED_APIS: Final[dict[int, ApiRange]] = {
+    a.key: a
+    for a in (
+        ApiRange(18, "ApiVersions", 0, 4),
+        ApiRange(3, "Metadata", 0, 13),
+    )
+}
+
+API_VERSIONS_KEY: Final = 18
+
+
+def served(api_key: int) -> ApiRange | None:
+    return SERVED_APIS.get(api_key)

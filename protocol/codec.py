@@ -1,0 +1,301 @@
+"""The only module that imports kio: message bodies in and out.
+
+Handlers receive decoded requests as kio's frozen dataclasses (read them by attribute; a
+field a version lacks is absent, so use ``getattr(req, "field", default)``) and answer
+with plain dicts.  :func:`build` turns a dict into the response class for the version
+being answered, dropping keys that version does not have and filling missing keys with
+Kafka's defaults -- like Kafka's generated messages, one handler body serves every version.
+
+Conversions done by :func:`build`: ``int`` milliseconds for duration fields, ``int`` for
+error codes, nested dicts/lists for nested structs and arrays.  :func:`ms` reads a duration
+field of a decoded request back as int milliseconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import io
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode as KioErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import BufferUnderflow
+
+from . import framing
+from .tagged import decode_skipping_unknown_tags
+
+Message = Any  # a kio dataclass instance
+
+
+class DecodeError(ValueError):
+    """A request body could not be decoded."""
+
+
+class UnknownVersion(LookupError):
+    """The codec has no schema for this API key and version."""
+
+
+@functools.cache
+def request_class(api_key: int, version: int) -> type:
+    try:
+        return load_request_schema(api_key, version)
+    except Exception as e:  # kio raises its own index errors
+        raise UnknownVersion(f"no request schema for api {api_key} v{version}") from e
+
+
+@functools.cache
+def response_class(api_key: int, version: int) -> type:
+    try:
+        return load_response_schema(api_key, version)
+    except Exception as e:
+        raise UnknownVersion(f"no response schema for api {api_key} v{version}") from e
+
+
+@functools.cache
+def codec_versions(api_key: int) -> tuple[int, int] | None:
+    """(lowest, highest) version the codec knows for ``api_key``."""
+    from kio.schema.index import api_key_map, schema_name_map
+
+    name = api_key_map.get(api_key)
+    if name is None:
+        return None
+    versions = sorted(schema_name_map[name])
+    return versions[0], versions[-1]
+
+
+@functools.cache
+def first_flexible_version(api_key: int) -> int | None:
+    rng = codec_versions(api_key)
+    if rng is None:
+        return None
+    for v in range(rng[0], rng[1] + 1):
+        if getattr(request_class(api_key, v), "__flexible__", False):
+            return v
+    return None
+
+
+def request_header_version(api_key: int, version: int) -> int:
+    """Header v2 for flexible request versions, else v1.
+
+    Versions above what the codec knows are assumed flexible when the API already has
+    flexible versions (true of every API Kafka has made flexible).
+    """
+    ff = first_flexible_version(api_key)
+    return 2 if ff is not None and version >= ff else 1
+
+
+def response_header_version(api_key: int, version: int) -> int:
+    if api_key == 18:  # ApiVersions: always header v0 (KIP-511)
+        return 0
+    return 1 if request_header_version(api_key, version) == 2 else 0
+
+
+@functools.cache
+def _reader(cls: type) -> Any:
+    return entity_reader(cls)
+
+
+@functools.cache
+def _writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+def decode_request(api_key: int, version: int, body: bytes | memoryview, offset: int = 0) -> Message:
+    """Decode the body of a request. Unknown tagged fields are skipped, as Kafka does."""
+    cls = request_class(api_key, version)
+    try:
+        msg, _size = _reader(cls)(body, offset)
+        return msg
+    except KeyError:
+        # kio refuses unknown tagged fields; Kafka's generated readers skip them
+        # (they keep them as `_unknownTaggedFields`).  Re-read with our schema walker.
+        try:
+            return decode_skipping_unknown_tags(cls, bytes(body), offset)
+        except (BufferUnderflow, ValueError, IndexError, UnicodeDecodeError) as e:
+            raise DecodeError(f"undecodable api {api_key} v{version} body: {e}") from e
+    except (BufferUnderflow, ValueError, IndexError, UnicodeDecodeError, OverflowError) as e:
+        raise DecodeError(f"undecodable api {api_key} v{version} body: {e}") from e
+    except Exception as e:  # the native reader may raise other errors on garbage
+        raise DecodeError(f"undecodable api {api_key} v{version} body: {e!r}") from e
+
+
+def decode_response(api_key: int, version: int, body: bytes | memoryview, offset: int = 0) -> Message:
+    cls = response_class(api_key, version)
+    msg, _size = _reader(cls)(body, offset)
+    return msg
+
+
+def encode_message(msg: Message) -> bytes:
+    buf = io.BytesIO()
+    _writer(type(msg))(buf, msg)  # type: ignore[arg-type]
+    return buf.getvalue()
+
+
+def ms(value: Any) -> int:
+    """A decoded duration field as integer milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return round(value.total_seconds() * 1000)
+    return int(value)
+
+
+# -------------------------------------------------------------------------------------------
+# dict -> kio dataclass
+
+
+@functools.cache
+def _field_plan(cls: type) -> tuple[tuple[str, str, Any, Any], ...]:
+    """(name, kafka_type, nested entity class or None, default) for each field of ``cls``."""
+    from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+
+    plan = []
+    for f in dataclasses.fields(cls):
+        kafka_type = f.metadata.get("kafka_type", "")
+        fc = classify_field(f)
+        nested = fc.type_ if isinstance(fc, EntityField | EntityTupleField) else None
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = _implicit_default(f, fc)
+        plan.append((f.name, kafka_type, nested, default))
+    return tuple(plan)
+
+
+_NO_DEFAULT: Final = object()
+
+
+def _implicit_default(f: dataclasses.Field[Any], fc: Any) -> Any:
+    from kio.serial._implicit_defaults import get_implicit_default
+    from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, is_optional
+
+    if isinstance(fc, EntityTupleField | PrimitiveTupleField):
+        return ()
+    if is_optional(f):
+        return None
+    if isinstance(fc, EntityField):
+        return _NO_DEFAULT  # built from {} on demand
+    kafka_type = f.metadata.get("kafka_type", "")
+    if kafka_type == "error_code":
+        return KioErrorCode.none
+    if kafka_type == "records":
+        return None
+    if kafka_type == "bool":
+        return False
+    try:
+        return get_implicit_default(fc.type_)
+    except Exception:
+        return _NO_DEFAULT
+
+
+def _convert(kafka_type: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if kafka_type == "error_code":
+        return value if isinstance(value, KioErrorCode) else KioErrorCode(int(value))
+    if kafka_type in ("timedelta_i32", "timedelta_i64"):
+        if isinstance(value, datetime.timedelta):
+            return value
+        return datetime.timedelta(milliseconds=int(value))
+    if kafka_type == "datetime_i64":
+        if isinstance(value, datetime.datetime):
+            return value
+        return datetime.datetime.fromtimestamp(int(value) / 1000, tz=datetime.UTC)
+    if kafka_type == "uuid":
+        if isinstance(value, uuid.UUID):
+            return value
+        return uuid.UUID(str(value))
+    if kafka_type == "bool":
+        return bool(value)
+    return value
+
+
+def build(cls: type, data: Mapping[str, Any]) -> Message:
+    """Build ``cls`` from a dict; unknown keys are ignored, missing keys take defaults."""
+    kwargs: dict[str, Any] = {}
+    for name, kafka_type, nested, default in _field_plan(cls):
+        if name in data:
+            value = data[name]
+            if nested is not None:
+                if value is None:
+                    pass
+                elif isinstance(value, Mapping):
+                    value = build(nested, value)
+                elif isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+                    value = tuple(build(nested, item) if isinstance(item, Mapping) else item for item in value)
+            elif isinstance(value, list):
+                value = tuple(_convert(kafka_type, v) for v in value)
+            elif isinstance(value, tuple):
+                value = tuple(_convert(kafka_type, v) for v in value)
+            else:
+                value = _convert(kafka_type, value)
+            kwargs[name] = value
+        elif default is _NO_DEFAULT:
+            if nested is not None:
+                kwargs[name] = build(nested, {})
+            else:
+                raise TypeError(f"{cls.__name__}.{name} is required")
+        else:
+            kwargs[name] = default
+    return cls(**kwargs)
+
+
+def build_response(api_key: int, version: int, data: Mapping[str, Any]) -> Message:
+    return build(response_class(api_key, version), data)
+
+
+def build_request(api_key: int, version: int, data: Mapping[str, Any]) -> Message:
+    return build(request_class(api_key, version), data)
+
+
+def encode_response(api_key: int, version: int, correlation_id: int, data: Mapping[str, Any] | Message) -> bytes:
+    """A whole response frame (size prefix, header, body)."""
+    msg = data if not isinstance(data, Mapping) else build_response(api_key, version, data)
+    body = encode_message(msg)
+    header = framing.response_header(correlation_id, response_header_version(api_key, version))
+    return framing.frame(header + body)
+
+
+def encode_request(
+    api_key: int,
+    version: int,
+    correlation_id: int,
+    data: Mapping[str, Any] | Message,
+    client_id: str | None = "rallypoint",
+) -> bytes:
+    """A whole request frame: used by tests, benchmarks and the probe command."""
+    msg = data if not isinstance(data, Mapping) else build_request(api_key, version, data)
+    header = framing.encode_request_header(
+        api_key, version, correlation_id, client_id, request_header_version(api_key, version)
+    )
+    return framing.frame(header + encode_message(msg))
+
+
+def decode_response_frame(api_key: int, version: int, frame_body: bytes) -> tuple[int, Message]:
+    """(correlation_id, message) of a response frame body (the bytes after the size)."""
+    corr, pos = framing.parse_response_header(frame_body, response_header_version(api_key, version))
+    return corr, decode_response(api_key, version, frame_body, pos)
+
+
+def to_dict(msg: Message) -> dict[str, Any]:
+    """A decoded message as plain Python values (for tests, logs and dump tools)."""
+
+    def conv(v: Any) -> Any:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, tuple):
+            return [conv(x) for x in v]
+        if isinstance(v, datetime.timedelta):
+            return ms(v)
+        if isinstance(v, KioErrorCode):
+            return int(v)
+        return v
+
+    result = conv(msg)
+    assert isinstance(result, dict)
+    return result

@@ -1,0 +1,142 @@
+"""Framing and request/response headers.
+
+A Kafka frame is ``int32 size`` followed by ``size`` bytes.  A request starts with a header:
+
+* v1: api_key int16, api_version int16, correlation_id int32, client_id NULLABLE_STRING (int16 len)
+* v2: v1 followed by tagged fields (flexible request versions)
+
+A response starts with ``correlation_id int32`` (header v0), followed by tagged fields for
+header v1 (flexible response versions).  ApiVersions responses always use header v0 so a
+client that does not know the broker's versions can still read them.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Final
+
+SIZE = struct.Struct(">i")
+_HDR = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
+
+# Kafka's socket.request.max.bytes default.
+DEFAULT_MAX_REQUEST_BYTES: Final = 104857600
+
+
+class FrameError(ValueError):
+    """The bytes cannot be a Kafka frame or header; the connection must be closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    header_version: int
+    size: int  # bytes of the header inside the frame; the body starts here
+
+
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Decode an unsigned varint at ``pos``; returns (value, new position)."""
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf):
+            raise FrameError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 28:
+            raise FrameError("varint too long")
+
+
+def write_uvarint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+        if pos > len(buf):
+            raise FrameError("truncated tagged field")
+    return pos
+
+
+def peek_api_key_version(frame: bytes | memoryview) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id) of a request frame body, without the client id."""
+    if len(frame) < _HDR.size:
+        raise FrameError("request shorter than a header")
+    key, version, corr = _HDR.unpack_from(frame, 0)
+    return key, version, corr
+
+
+def parse_request_header(frame: bytes | memoryview, header_version: int) -> RequestHeader:
+    """Parse a request header (v1 or v2) at the start of ``frame`` (the bytes after the size)."""
+    key, version, corr = peek_api_key_version(frame)
+    pos = _HDR.size
+    if len(frame) < pos + 2:
+        raise FrameError("truncated client id")
+    (n,) = _I16.unpack_from(frame, pos)
+    pos += 2
+    client_id: str | None
+    if n < 0:
+        client_id = None
+    else:
+        if len(frame) < pos + n:
+            raise FrameError("truncated client id")
+        client_id = bytes(frame[pos : pos + n]).decode("utf-8", errors="replace")
+        pos += n
+    if header_version >= 2:
+        pos = skip_tagged_fields(frame, pos)
+    return RequestHeader(key, version, corr, client_id, header_version, pos)
+
+
+def encode_request_header(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None, header_version: int
+) -> bytes:
+    out = bytearray(_HDR.pack(api_key, api_version, correlation_id))
+    if client_id is None:
+        out += _I16.pack(-1)
+    else:
+        raw = client_id.encode()
+        out += _I16.pack(len(raw)) + raw
+    if header_version >= 2:
+        out.append(0)  # no tagged fields
+    return bytes(out)
+
+
+def response_header(correlation_id: int, header_version: int) -> bytes:
+    if header_version >= 1:
+        return SIZE.pack(correlation_id) + b"\x00"
+    return SIZE.pack(correlation_id)
+
+
+def frame(payload: bytes) -> bytes:
+    return SIZE.pack(len(payload)) + payload
+
+
+def parse_response_header(frame_body: bytes | memoryview, header_version: int) -> tuple[int, int]:
+    """(correlation_id, body offset) of a response frame body."""
+    if len(frame_body) < 4:
+        raise FrameError("truncated response header")
+    (corr,) = SIZE.unpack_from(frame_body, 0)
+    pos = 4
+    if header_version >= 1:
+        pos = skip_tagged_fields(frame_body, pos)
+    return corr, pos
