@@ -22,6 +22,7 @@ from . import logs
 # subcommand -> "module:function" taking argv (list[str]) and returning an exit code.
 SUBCOMMANDS: dict[str, str] = {
     "probe": "coordinator.probe:main",
+    "report": "pipeline.job:main",
 }
 
 

@@ -1,0 +1,382 @@
+"""Decoding ``__consumer_offsets`` segment files into Arrow record batches (runs in Spark workers).
+
+Pure Python + pyarrow; no Spark import here, so the same code is unit-tested without a JVM and
+benchmarked single-process.  All decoding of bytes is delegated to ``protocol/``:
+``protocol.records`` (v2 record batches, CRC-32C) and ``protocol.offsets_schema`` (keys and values,
+spec §B), plus ``protocol.consumer_protocol`` for the members' subscriptions and assignments.
+
+One row per record, in one wide schema (:data:`ARROW_SCHEMA`) whose ``kind`` column says which
+columns are filled:
+
+- ``offset``  an OffsetCommitKey record (value or tombstone);
+- ``group``   a GroupMetadataKey record (value or tombstone);
+- ``marker``  a transaction control record (COMMIT/ABORT), with its producer id;
+- ``other``   a key version this reader skips (KIP-848 / share groups, as Kafka's Scala loader does);
+- ``bad``     a record whose key or value does not decode (counted, skipped);
+- ``segment`` one row per file: what was read, and where and why reading stopped.
+
+A segment is read up to its first torn (cut short) or corrupt (CRC, framing) batch, which is
+where a log recovery truncates; nothing raises out of :func:`decode_segment`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from protocol import offsets_schema as schema
+from protocol import records as rec
+from protocol.consumer_protocol import ConsumerProtocolError, decode_assignment, decode_subscription
+
+PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
+SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+BATCH_ROWS = 32_768  # rows per Arrow batch handed back to Spark
+
+ASSIGNED = pa.list_(pa.struct([("topic", pa.string()), ("partitions", pa.list_(pa.int32()))]))
+MEMBER = pa.struct(
+    [
+        ("member_id", pa.string()),
+        ("group_instance_id", pa.string()),
+        ("client_id", pa.string()),
+        ("client_host", pa.string()),
+        ("rebalance_timeout", pa.int32()),
+        ("session_timeout", pa.int32()),
+        ("subscription_bytes", pa.int32()),
+        ("assignment_bytes", pa.int32()),
+        ("subscription_version", pa.int16()),
+        ("subscribed_topics", pa.list_(pa.string())),
+        ("assignment_version", pa.int16()),
+        ("assigned", ASSIGNED),
+        ("assigned_partitions", pa.int32()),
+        ("protocol_error", pa.string()),  # the consumer-protocol bytes did not decode
+    ]
+)
+
+ARROW_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("broker", pa.string()),
+        ("log_partition", pa.int32()),
+        ("segment_base", pa.int64()),
+        # record position
+        ("log_offset", pa.int64()),
+        ("batch_offset", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("producer_id", pa.int64()),
+        ("transactional", pa.bool_()),
+        ("control_type", pa.int16()),
+        ("key_version", pa.int16()),
+        ("value_version", pa.int16()),
+        ("tombstone", pa.bool_()),
+        # OffsetCommitKey / GroupMetadataKey
+        ("group", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        # OffsetCommitValue
+        ("offset", pa.int64()),
+        ("leader_epoch", pa.int32()),
+        ("metadata", pa.string()),
+        ("commit_timestamp", pa.int64()),
+        ("expire_timestamp", pa.int64()),
+        # GroupMetadataValue
+        ("protocol_type", pa.string()),
+        ("generation", pa.int32()),
+        ("protocol", pa.string()),
+        ("leader", pa.string()),
+        ("current_state_timestamp", pa.int64()),
+        ("members", pa.list_(MEMBER)),
+        # kind = bad / segment
+        ("error", pa.string()),
+        # kind = segment
+        ("path", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("valid_bytes", pa.int64()),
+        ("batches", pa.int64()),
+        ("records", pa.int64()),
+        ("bad_records", pa.int64()),
+        ("other_records", pa.int64()),
+        ("first_offset", pa.int64()),
+        ("last_offset", pa.int64()),
+        # ok; torn (the broker truncates it away); corrupt, unsupported, unreadable (the broker refuses to start)
+        ("status", pa.string()),
+    ]
+)
+COLUMNS: tuple[str, ...] = tuple(ARROW_SCHEMA.names)
+
+STATUS_OK = "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    broker: str
+    log_partition: int
+    base_offset: int
+    path: str
+    size: int
+    is_last: bool = True  # the partition's active segment: the only one a crash can tear
+
+
+def find_segments(broker: str, data_dir: str | os.PathLike[str]) -> list[SegmentFile]:
+    """Every ``__consumer_offsets-<N>/<20-digit base offset>.log`` under one broker's data dir.
+
+    Listed here, in plain Python, and handed to Spark as explicit paths: Spark's own file
+    listing treats names starting with ``_`` as hidden and silently skips these directories.
+    """
+    out: list[SegmentFile] = []
+    root = Path(data_dir)
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except FileNotFoundError:
+        return out
+    for d in entries:
+        m = PARTITION_DIR.match(d.name)
+        if not m or not d.is_dir():
+            continue
+        segs = []
+        for f in sorted(os.scandir(d.path), key=lambda e: e.name):
+            fm = SEGMENT_FILE.match(f.name)
+            if fm and f.is_file():
+                segs.append(SegmentFile(broker, int(m.group(1)), int(fm.group(1)), f.path, f.stat().st_size, False))
+        if segs:
+            segs[-1] = _last(segs[-1])
+        out += segs
+    return out
+
+
+def _last(s: SegmentFile) -> SegmentFile:
+    return SegmentFile(s.broker, s.log_partition, s.base_offset, s.path, s.size, True)
+
+
+def _is_torn_tail(seg: SegmentFile, err: rec.RecordsError) -> bool:
+    """What the broker's recovery truncates instead of refusing to start
+    (docs/offsets-log-format.md, "Recovery"): in the partition's last segment, a batch cut short,
+    zero bytes, or a final batch failing its CRC that ends exactly at the end of the file."""
+    if not seg.is_last:
+        return False
+    if isinstance(err, rec.TornBatchError):
+        return True
+    if not isinstance(err, rec.CorruptBatchError):
+        return False
+    try:
+        with open(seg.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(err.position)
+            tail = f.read(min(size - err.position, 1 << 20))
+    except OSError:
+        return False
+    if size - err.position <= len(tail) and not tail.strip(b"\x00"):
+        return True  # zero bytes after the last batch (preallocated or a lost write)
+    if len(tail) < 12:
+        return True
+    length = int.from_bytes(tail[8:12], "big", signed=True)
+    return err.position + 12 + length == size
+
+
+def _member_row(m: schema.MemberMetadata, consumer: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "member_id": m.member_id,
+        "group_instance_id": m.group_instance_id,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        "rebalance_timeout": m.rebalance_timeout,
+        "session_timeout": m.session_timeout,
+        "subscription_bytes": len(m.subscription),
+        "assignment_bytes": len(m.assignment),
+        "subscription_version": None,
+        "subscribed_topics": None,
+        "assignment_version": None,
+        "assigned": None,
+        "assigned_partitions": None,
+        "protocol_error": None,
+    }
+    if not consumer:
+        return row
+    errors = []
+    try:
+        sub = decode_subscription(m.subscription)
+        row["subscription_version"] = sub.version
+        row["subscribed_topics"] = list(sub.topics)
+    except ConsumerProtocolError as e:
+        errors.append(f"subscription: {e}")
+    if m.assignment:
+        try:
+            a = decode_assignment(m.assignment)
+            row["assignment_version"] = a.version
+            row["assigned"] = [{"topic": tp.topic, "partitions": list(tp.partitions)} for tp in a.partitions]
+            row["assigned_partitions"] = sum(len(tp.partitions) for tp in a.partitions)
+        except ConsumerProtocolError as e:
+            errors.append(f"assignment: {e}")
+    else:
+        errors.append("assignment: empty")
+    row["protocol_error"] = "; ".join(errors) or None
+    return row
+
+
+class _Columns:
+    """Column-wise row buffer (cheaper than a dict per row for pyarrow)."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
+        self.n = 0
+
+    def add(self, **values: Any) -> None:
+        for c, col in self.cols.items():
+            col.append(values.get(c))
+        self.n += 1
+
+    def take(self) -> pa.RecordBatch:
+        batch = pa.RecordBatch.from_pydict(self.cols, schema=ARROW_SCHEMA)
+        self.cols = {c: [] for c in COLUMNS}
+        self.n = 0
+        return batch
+
+
+def _record_row(seg: SegmentFile, h: rec.BatchHeader, r: rec.Record) -> tuple[str, dict[str, Any]]:
+    base: dict[str, Any] = {
+        "broker": seg.broker,
+        "log_partition": seg.log_partition,
+        "segment_base": seg.base_offset,
+        "log_offset": r.offset,
+        "batch_offset": h.base_offset,
+        "timestamp": r.timestamp,
+        "producer_id": h.producer_id,
+        "transactional": h.is_transactional,
+        "tombstone": r.value is None,
+    }
+    if h.is_control:
+        base["control_type"] = rec.control_type(r)
+        return "marker", base
+    if r.key is None:
+        return "bad", {**base, "error": "record without a key"}
+    try:
+        key = schema.decode_key(bytes(r.key))
+        base["key_version"] = schema.record_version(bytes(r.key))
+        if isinstance(key, schema.UnknownKey):
+            return "other", base
+        if r.value is not None:
+            base["value_version"] = schema.record_version(bytes(r.value))
+        if isinstance(key, schema.OffsetCommitKey):
+            base.update(group=key.group, topic=key.topic, partition=key.partition)
+            if r.value is not None:
+                v = schema.decode_offset_commit_value(bytes(r.value))
+                base.update(
+                    offset=v.offset,
+                    leader_epoch=v.leader_epoch,
+                    metadata=v.metadata,
+                    commit_timestamp=v.commit_timestamp,
+                    expire_timestamp=v.expire_timestamp,
+                )
+            return "offset", base
+        base["group"] = key.group
+        if r.value is not None:
+            g = schema.decode_group_metadata_value(bytes(r.value))
+            consumer = g.protocol_type == "consumer"
+            base.update(
+                protocol_type=g.protocol_type,
+                generation=g.generation,
+                protocol=g.protocol,
+                leader=g.leader,
+                current_state_timestamp=g.current_state_timestamp,
+                members=[_member_row(m, consumer) for m in g.members],
+            )
+        return "group", base
+    except schema.OffsetsSchemaError as e:
+        return "bad", {**base, "error": str(e)}
+
+
+def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of one segment's records, then its ``segment`` row.  Never raises for bad
+    data: reading stops at the first torn or corrupt batch and the segment row says so."""
+    buf = _Columns()
+    stats: dict[str, Any] = {
+        "valid_bytes": 0,
+        "batches": 0,
+        "records": 0,
+        "bad_records": 0,
+        "other_records": 0,
+        "first_offset": None,
+        "last_offset": None,
+    }
+    status, error = STATUS_OK, None
+    try:
+        for batch in rec.iter_file_batches(seg.path):
+            h = batch.header
+            for r in batch.records:
+                kind, row = _record_row(seg, h, r)
+                buf.add(kind=kind, **row)
+                if kind == "bad":
+                    stats["bad_records"] += 1
+                elif kind == "other":
+                    stats["other_records"] += 1
+                if buf.n >= batch_rows:
+                    yield buf.take()
+            stats["batches"] += 1
+            stats["records"] += len(batch.records)
+            stats["valid_bytes"] = h.end
+            if stats["first_offset"] is None:
+                stats["first_offset"] = h.base_offset
+            stats["last_offset"] = h.last_offset
+    except rec.UnsupportedBatchError as e:
+        status, error = "unsupported", str(e)
+    except rec.RecordsError as e:
+        status, error = ("torn" if _is_torn_tail(seg, e) else "corrupt"), str(e)
+    except OSError as e:
+        status, error = "unreadable", f"{type(e).__name__}: {e}"
+    buf.add(
+        kind="segment",
+        broker=seg.broker,
+        log_partition=seg.log_partition,
+        segment_base=seg.base_offset,
+        path=seg.path,
+        size_bytes=seg.size,
+        status=status,
+        error=error,
+        **stats,
+    )
+    yield buf.take()
+
+
+def decode_segments(segs: Iterable[SegmentFile], batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    for seg in segs:
+        yield from decode_segment(seg, batch_rows)
+
+
+# --- the mapInArrow side ------------------------------------------------------------------------
+
+FILES_ARROW = pa.struct(
+    [
+        ("broker", pa.string()),
+        ("log_partition", pa.int32()),
+        ("base_offset", pa.int64()),
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("is_last", pa.bool_()),
+    ]
+)
+
+
+def decode_file_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function: input rows hold a ``files`` list column (one bin of segment files);
+    output rows are :data:`ARROW_SCHEMA`.  Each task opens and decodes its own files."""
+    for b in batches:
+        for files in b.column("files").to_pylist():
+            for f in files or ():
+                yield from decode_segment(SegmentFile(**f))
+
+
+def bin_files(files: list[SegmentFile], bins: int) -> list[list[SegmentFile]]:
+    """Largest-first greedy packing of files into at most ``bins`` bins of similar total size."""
+    n = max(1, min(bins, len(files)))
+    out: list[list[SegmentFile]] = [[] for _ in range(n)]
+    load = [0] * n
+    for f in sorted(files, key=lambda f: (-f.size, f.path)):
+        i = min(range(n), key=load.__getitem__)
+        out[i].append(f)
+        load[i] += f.size + 1
+    return [b for b in out if b]
