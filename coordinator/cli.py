@@ -3,6 +3,7 @@
     rallypoint --host 127.0.0.1 --port 9092 --data-dir DIR --advertised-host H \
                --config key=value ... [--log-format console|json] [--log-level info]
     rallypoint probe --host H --port P          # one ApiVersions round trip, exit 0/1
+    rallypoint dump-log PATH [--json]           # print __consumer_offsets segments decoded
 
 Exit code 2 for bad arguments or configuration, before anything listens.
 """
@@ -18,10 +19,12 @@ from collections.abc import Callable, Sequence
 
 from . import config as config_mod
 from . import logs
+from .log.errors import OffsetsLogStartError
 
 # subcommand -> "module:function" taking argv (list[str]) and returning an exit code.
 SUBCOMMANDS: dict[str, str] = {
     "probe": "coordinator.probe:main",
+    "dump-log": "coordinator.log.dump:main",
 }
 
 
@@ -108,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(args.log_format, args.log_level)
     try:
         asyncio.run(serve(cfg))
-    except OSError as e:
+    except (OSError, OffsetsLogStartError) as e:
         print(f"rallypoint: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
