@@ -13,8 +13,11 @@ A pass over one partition:
    of its key is kept until ``log.cleaner.delete.retention.ms`` after its own timestamp (and
    forever when its key also appears in a transactional batch).  Kept records keep their
    offsets and timestamps and are re-batched (uncompressed, up to 1 MiB per batch; offsets in a
-   batch may have gaps).  Transactional and control batches are copied unchanged.  The active
-   segment is never touched, so appends never wait for the cleaner.
+   batch may have gaps).  Transactional and control batches are copied unchanged, and a
+   re-batched batch never spans one: so a loaded offset's batch base offset and the base offset
+   of any transactional batch compare as before cleaning, which the loader relies on when it
+   promotes a committed transaction (``olderThan``).  The active segment is never touched, so
+   appends never wait for the cleaner.
 3. **Install, crash-safe.**  The new content is written to ``<base>.log.cleaned`` and fsynced.
    A one-segment group is then installed by ``rename(<base>.log.cleaned, <base>.log)`` and a
    directory fsync.  A group of several segments is first renamed to
