@@ -25,6 +25,7 @@ class Endpoint:
     name: str
     host: str
     port: int
+    pid: int | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -67,7 +68,7 @@ def rallypoint(config: dict[str, str] | None = None, data_dir: str | None = None
     try:
         if not ready.wait(30):
             raise RuntimeError("rallypoint did not start")
-        yield Endpoint("rallypoint", "127.0.0.1", port[0])
+        yield Endpoint("rallypoint", "127.0.0.1", port[0], proc.pid)
     finally:
         proc.terminate()
         try:
@@ -96,7 +97,7 @@ def mock_peer() -> Iterator[Endpoint]:
         if not line.startswith("BOOTSTRAP "):
             raise RuntimeError(f"mock peer did not start: {line!r}")
         host, port = line.split()[1].rsplit(":", 1)
-        yield Endpoint("librdkafka-mock", host, int(port))
+        yield Endpoint("librdkafka-mock", host, int(port), proc.pid)
     finally:
         if proc.stdin:
             proc.stdin.close()
@@ -138,3 +139,11 @@ def now() -> float:
 
 def describe(stats: dict[str, Any], unit: str) -> str:
     return f"{fmt(stats['median'], unit)} (min {fmt(stats['min'])}, max {fmt(stats['max'])}, n={int(stats['n'])})"
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of a process (Linux /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
