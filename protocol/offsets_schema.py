@@ -302,14 +302,34 @@ def encode_key(key: Key) -> bytes:
     return encode_group_metadata_key(key)
 
 
+def _classic_string(data: bytes, pos: int) -> tuple[str, int]:
+    """A non-nullable classic STRING at ``pos`` (the fast path of the hot decoders)."""
+    if pos + 2 > len(data):
+        raise OffsetsSchemaError(f"truncated: string length at {pos}")
+    n = (data[pos] << 8) | data[pos + 1]
+    if n & 0x8000:
+        raise OffsetsSchemaError("null in a non-nullable string")
+    start = pos + 2
+    end = start + n
+    if end > len(data):
+        raise OffsetsSchemaError(f"truncated: need {n} bytes at {start}, have {len(data) - start}")
+    try:
+        return data[start:end].decode("utf-8"), end
+    except UnicodeDecodeError as e:
+        raise OffsetsSchemaError(f"invalid UTF-8 in string: {e}") from None
+
+
 def decode_key(data: bytes) -> Key | UnknownKey:
     """Decode a ``__consumer_offsets`` key; unknown key versions give :class:`UnknownKey`."""
     version = record_version(data)
-    r = _Reader(data)
     if version in OFFSET_COMMIT_KEY_VERSIONS:
-        return OffsetCommitKey(r.string(), r.string(), r.int32())
+        group, pos = _classic_string(data, 2)
+        topic, pos = _classic_string(data, pos)
+        if pos + 4 > len(data):
+            raise OffsetsSchemaError("truncated: partition")
+        return OffsetCommitKey(group, topic, _I32.unpack_from(data, pos)[0])
     if version == GROUP_METADATA_KEY_VERSION:
-        return GroupMetadataKey(r.string())
+        return GroupMetadataKey(_classic_string(data, 2)[0])
     return UnknownKey(version, bytes(data))
 
 
@@ -345,8 +365,19 @@ def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = N
     return w.done()
 
 
+_I64_I32 = struct.Struct(">qi")
+
+
 def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
     v = record_version(data)
+    if v == 3:  # what Kafka writes: the fast path
+        if len(data) < 14:
+            raise OffsetsSchemaError("truncated OffsetCommitValue v3")
+        offset3, epoch3 = _I64_I32.unpack_from(data, 2)
+        metadata3, pos = _classic_string(data, 14)
+        if pos + 8 > len(data):
+            raise OffsetsSchemaError("truncated: commitTimestamp")
+        return OffsetCommitValue(offset3, metadata3, _I64.unpack_from(data, pos)[0], epoch3)
     if v not in OFFSET_COMMIT_VALUE_VERSIONS:
         raise OffsetsSchemaError(f"unknown OffsetCommitValue version {v}")
     r = _Reader(data, flexible=v >= FLEXIBLE_VALUE_VERSION)

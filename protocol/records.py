@@ -49,8 +49,7 @@ import os
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from crc32c import crc32c
 
@@ -104,9 +103,8 @@ class UnsupportedBatchError(RecordsError):
     """A valid batch this module cannot decode (magic < 2, or snappy/lz4/zstd compression)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One record with its absolute offset and timestamp."""
+class Record(NamedTuple):
+    """One record with its absolute offset and timestamp (a NamedTuple: cheap to build)."""
 
     offset: int
     timestamp: int
@@ -115,8 +113,7 @@ class Record:
     headers: tuple[tuple[str, bytes | None], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
     """The 61-byte header of a batch, plus where it is (``position``) in its buffer or file."""
 
     position: int
@@ -183,8 +180,7 @@ class BatchHeader:
         return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
 
 
-@dataclass(frozen=True, slots=True)
-class RecordBatch:
+class RecordBatch(NamedTuple):
     header: BatchHeader
     records: tuple[Record, ...]
 
@@ -418,30 +414,58 @@ def decode_records(buf: bytes | memoryview | mmap.mmap, h: BatchHeader) -> tuple
     n = len(data)
     try:
         for _ in range(h.record_count):
-            length, pos = read_varint(data, pos)
+            # varints are inlined for the one-byte case (most lengths and deltas here)
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = read_varint(data, pos)
             end = pos + length
             if length < 6 or end > n:
                 raise CorruptBatchError(f"bad record length {length} in batch at {h.position}", h.position)
             pos += 1  # attributes
-            ts_delta, pos = read_varint(data, pos)
-            off_delta, pos = read_varint(data, pos)
-            klen, pos = read_varint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                ts_delta, pos = read_varint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                off_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                off_delta, pos = read_varint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                klen, pos = read_varint(data, pos)
             key: bytes | None
             if klen < 0:
                 key = None
             else:
                 key = data[pos : pos + klen]
                 pos += klen
-            vlen, pos = read_varint(data, pos)
+            b = data[pos]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                vlen, pos = read_varint(data, pos)
             value: bytes | None
             if vlen < 0:
                 value = None
             else:
                 value = data[pos : pos + vlen]
                 pos += vlen
-            nheaders, pos = read_varint(data, pos)
             headers: tuple[tuple[str, bytes | None], ...] = ()
-            if nheaders:
+            if data[pos] == 0:
+                pos += 1
+            else:
+                nheaders, pos = read_varint(data, pos)
                 hs: list[tuple[str, bytes | None]] = []
                 for _h in range(nheaders):
                     hklen, pos = read_varint(data, pos)

@@ -8,7 +8,9 @@ Pure: batches in, dictionaries out; no I/O, no asyncio.  Mirrors Kafka's loader
   control batch and dropped by an ABORT one; a promoted offset replaces a loaded one only if
   its batch offset is newer (``CommitRecordMetadataAndOffset.olderThan``);
 * records whose key version is unknown (KIP-848 / share-group records, 3+) are skipped and
-  counted, as the Scala loader skips ``UnknownKey``.
+  counted, as the Scala loader skips ``UnknownKey``;
+* a record whose key does not decode is skipped and counted; so is a key whose last value does
+  not decode (Kafka's loader would fail the partition; we load the rest and log it).
 
 Offsets still staged at the end of the log (a transaction without its marker) are dropped:
 rallypoint has no transaction coordinator to finish them.
@@ -47,26 +49,46 @@ class PartitionState:
 
 
 class StateBuilder:
-    """Feed batches in log order with :meth:`add`, then take :meth:`result`."""
+    """Feed batches in log order with :meth:`add`, then take :meth:`result`.
+
+    Values are kept as bytes and decoded once, in :meth:`result`: only the last value of each
+    key is ever decoded.  Key bytes are decoded once per distinct key.  A last value that does
+    not decode is counted in ``undecodable_records`` and its key left out.
+    """
+
+    _KEY_CACHE_MAX = 1 << 20
 
     def __init__(self) -> None:
-        self._groups: dict[str, GroupMetadataValue] = {}
-        # key -> (base offset of the batch that wrote it, value)
-        self._offsets: dict[OffsetCommitKey, tuple[int, OffsetCommitValue]] = {}
-        self._pending: dict[int, dict[OffsetCommitKey, tuple[int, OffsetCommitValue | None]]] = {}
+        self._keys: dict[bytes, OffsetCommitKey | GroupMetadataKey | UnknownKey | str] = {}
+        self._groups: dict[str, bytes] = {}
+        # key -> (base offset of the batch that wrote it, value bytes)
+        self._offsets: dict[OffsetCommitKey, tuple[int, bytes]] = {}
+        self._pending: dict[int, dict[OffsetCommitKey, tuple[int, bytes | None]]] = {}
         self._state = PartitionState()
 
-    def _bad(self, offset: int, why: str) -> None:
+    def _bad(self, where: str, why: str) -> None:
         self._state.undecodable_records += 1
         if self._state.first_error is None:
-            self._state.first_error = f"offset {offset}: {why}"
+            self._state.first_error = f"{where}: {why}"
+
+    def _key(self, raw: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey | str:
+        """The decoded key, or an error message (str) when it does not decode."""
+        key = self._keys.get(raw)
+        if key is None:
+            try:
+                key = decode_key(raw)
+            except OffsetsSchemaError as e:
+                key = str(e)
+            if len(self._keys) < self._KEY_CACHE_MAX:
+                self._keys[raw] = key
+        return key
 
     def add(self, batch: RecordBatch) -> None:
         h = batch.header
         st = self._state
+        st.records += len(batch.records)
         if h.is_control:
             if batch.records:
-                st.records += len(batch.records)
                 staged = self._pending.pop(h.producer_id, None)
                 if staged and control_type(batch.records[0]) == CONTROL_COMMIT:
                     for okey, (batch_offset, value) in staged.items():
@@ -77,41 +99,48 @@ class StateBuilder:
                             self._offsets[okey] = (batch_offset, value)
             return
         transactional = h.is_transactional
+        base = h.base_offset
+        offsets = self._offsets
         for rec in batch.records:
-            st.records += 1
             if rec.key is None:
-                self._bad(rec.offset, "record without a key")
+                self._bad(f"offset {rec.offset}", "record without a key")
                 continue
-            try:
-                key = decode_key(rec.key)
-                if isinstance(key, UnknownKey):
-                    st.unknown_records += 1
-                    continue
-                if isinstance(key, OffsetCommitKey):
-                    ov = None if rec.value is None else decode_offset_commit_value(rec.value)
-                    if transactional:
-                        pending = self._pending.setdefault(h.producer_id, {})
-                        if ov is None:
-                            pending.pop(key, None)
-                        else:
-                            pending[key] = (h.base_offset, ov)
-                    elif ov is None:
-                        self._offsets.pop(key, None)
-                    else:
-                        self._offsets[key] = (h.base_offset, ov)
-                else:
-                    assert isinstance(key, GroupMetadataKey)
+            key = self._key(rec.key)
+            if type(key) is OffsetCommitKey:
+                if transactional:
+                    pending = self._pending.setdefault(h.producer_id, {})
                     if rec.value is None:
-                        self._groups.pop(key.group, None)
+                        pending.pop(key, None)
                     else:
-                        self._groups[key.group] = decode_group_metadata_value(rec.value)
-            except OffsetsSchemaError as e:
-                self._bad(rec.offset, str(e))
+                        pending[key] = (base, rec.value)
+                elif rec.value is None:
+                    offsets.pop(key, None)
+                else:
+                    offsets[key] = (base, rec.value)
+            elif type(key) is GroupMetadataKey:
+                if rec.value is None:
+                    self._groups.pop(key.group, None)
+                else:
+                    self._groups[key.group] = rec.value
+            elif type(key) is UnknownKey:
+                st.unknown_records += 1
+            else:
+                self._bad(f"offset {rec.offset}", str(key))
 
     def result(self) -> PartitionState:
         st = self._state
-        st.groups = dict(self._groups)
-        st.offsets = {k: v for k, (_off, v) in self._offsets.items()}
+        st.groups = {}
+        for group, raw in self._groups.items():
+            try:
+                st.groups[group] = decode_group_metadata_value(raw)
+            except OffsetsSchemaError as e:
+                self._bad(f"group {group!r}", str(e))
+        st.offsets = {}
+        for key, (_off, raw) in self._offsets.items():
+            try:
+                st.offsets[key] = decode_offset_commit_value(raw)
+            except OffsetsSchemaError as e:
+                self._bad(f"offset of {key}", str(e))
         st.dropped_pending = sum(len(p) for p in self._pending.values())
         return st
 
