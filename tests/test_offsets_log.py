@@ -327,6 +327,11 @@ async def test_partition_count_change_is_refused(tmp_path: Path) -> None:
         await make_log(tmp_path, num_partitions=2).start()
     with pytest.raises(PartitionCountError, match="created with"):
         await make_log(tmp_path, num_partitions=5).start()
+    partition_dir(tmp_path, 1).rmdir()  # an empty directory removed by hand is recreated
+    log = make_log(tmp_path, num_partitions=3)
+    await log.start()
+    await log.stop()
+    assert partition_dir(tmp_path, 1).is_dir()
 
 
 async def test_append_errors_raise_persist_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

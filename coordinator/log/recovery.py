@@ -50,8 +50,9 @@ def check_partition_dirs(data_dir: Path, num_partitions: int) -> dict[int, Path]
     A group's partition is ``hash(group) % offsets.topic.num.partitions``, so a data directory
     written with another count would put groups in the wrong partitions (Kafka cannot change
     the count of an existing ``__consumer_offsets`` either).  All directories are created at
-    the first start, so: a directory at or beyond the count means the count shrank; a missing
-    one while others hold data means it grew.
+    the first start, so: a directory at or beyond the count means the count shrank; exactly
+    ``0..k-1`` with k below the count, holding data, means it grew.  (Other gaps — directories
+    removed by hand — are recreated empty.)
     """
     dirs = list_partition_dirs(data_dir)
     beyond = [n for n in dirs if n >= num_partitions]
@@ -61,13 +62,13 @@ def check_partition_dirs(data_dir: Path, num_partitions: int) -> dict[int, Path]
             f"{num_partitions}; start with the count this data directory was created with "
             f"(at least {max(beyond) + 1})"
         )
-    missing = [n for n in range(num_partitions) if n not in dirs]
-    if missing and dirs and any(_has_data(p) for p in dirs.values()):
-        raise PartitionCountError(
-            f"{data_dir} holds {len(dirs)} __consumer_offsets partitions with data but "
-            f"offsets.topic.num.partitions is {num_partitions}; start with the count this data directory "
-            f"was created with ({len(dirs)})"
-        )
+    if dirs and list(dirs) == list(range(len(dirs))) and len(dirs) < num_partitions:
+        if any(_has_data(p) for p in dirs.values()):
+            raise PartitionCountError(
+                f"{data_dir} holds __consumer_offsets-0..{len(dirs) - 1} with data but "
+                f"offsets.topic.num.partitions is {num_partitions}; start with the count this data directory "
+                f"was created with ({len(dirs)})"
+            )
     return dirs
 
 
