@@ -5,8 +5,10 @@ from __future__ import annotations
 from .broker import Broker
 from .clock import Clock
 from .config import Config
+from .log import OffsetsLog
 
 
 def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     broker = Broker(cfg, clock)
+    broker.add_component("offsets_log", OffsetsLog.from_broker(broker))  # after "groups": start() loads into it
     return broker

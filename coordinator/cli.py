@@ -3,6 +3,7 @@
     rallypoint --host 127.0.0.1 --port 9092 --data-dir DIR --advertised-host H \
                --config key=value ... [--log-format console|json] [--log-level info]
     rallypoint probe --host H --port P          # one ApiVersions round trip, exit 0/1
+    rallypoint dump-log PATH [--json]           # print __consumer_offsets segments decoded
 
 Exit code 2 for bad arguments or configuration, before anything listens.
 """
@@ -12,16 +13,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from . import config as config_mod
 from . import logs
+from .log.errors import OffsetsLogStartError
 
 # subcommand -> "module:function" taking argv (list[str]) and returning an exit code.
 SUBCOMMANDS: dict[str, str] = {
     "probe": "coordinator.probe:main",
+    "dump-log": "coordinator.log.dump:main",
     "report": "pipeline.job:main",
 }
 
@@ -89,6 +94,19 @@ async def serve(cfg: config_mod.Config) -> None:
         await server.stop()
 
 
+def _run(coro: Coroutine[Any, Any, None]) -> None:
+    """asyncio.run, on uvloop when it is installed (RALLYPOINT_EVENT_LOOP=asyncio opts out)."""
+    if os.environ.get("RALLYPOINT_EVENT_LOOP", "uvloop") == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            uvloop.run(coro)
+            return
+    asyncio.run(coro)
+
+
 def _run_subcommand(name: str, argv: list[str]) -> int:
     mod_name, func_name = SUBCOMMANDS[name].split(":")
     func: Callable[[list[str]], int] = getattr(importlib.import_module(mod_name), func_name)
@@ -108,8 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     logs.configure(args.log_format, args.log_level)
     try:
-        asyncio.run(serve(cfg))
-    except OSError as e:
+        _run(serve(cfg))
+    except (OSError, OffsetsLogStartError) as e:
         print(f"rallypoint: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
