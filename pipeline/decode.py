@@ -255,16 +255,16 @@ def _record_row(seg: SegmentFile, h: rec.BatchHeader, r: rec.Record) -> tuple[st
     if r.key is None:
         return "bad", {**base, "error": "record without a key"}
     try:
-        key = schema.decode_key(bytes(r.key))
-        base["key_version"] = schema.record_version(bytes(r.key))
+        key = schema.decode_key(r.key)
+        base["key_version"] = schema.record_version(r.key)
         if isinstance(key, schema.UnknownKey):
             return "other", base
         if r.value is not None:
-            base["value_version"] = schema.record_version(bytes(r.value))
+            base["value_version"] = schema.record_version(r.value)
         if isinstance(key, schema.OffsetCommitKey):
             base.update(group=key.group, topic=key.topic, partition=key.partition)
             if r.value is not None:
-                v = schema.decode_offset_commit_value(bytes(r.value))
+                v = schema.decode_offset_commit_value(r.value)
                 base.update(
                     offset=v.offset,
                     leader_epoch=v.leader_epoch,
@@ -275,7 +275,7 @@ def _record_row(seg: SegmentFile, h: rec.BatchHeader, r: rec.Record) -> tuple[st
             return "offset", base
         base["group"] = key.group
         if r.value is not None:
-            g = schema.decode_group_metadata_value(bytes(r.value))
+            g = schema.decode_group_metadata_value(r.value)
             consumer = g.protocol_type == "consumer"
             base.update(
                 protocol_type=g.protocol_type,

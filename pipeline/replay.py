@@ -56,11 +56,11 @@ def replay(files: Iterable[SegmentFile]) -> ReplayResult:
                         if r.key is None:
                             continue
                         try:
-                            key = schema.decode_key(bytes(r.key))
+                            key = schema.decode_key(r.key)
                             if not isinstance(key, schema.OffsetCommitKey):
                                 continue
                             k = (broker, lp, key.group, key.topic, key.partition)
-                            v = None if r.value is None else schema.decode_offset_commit_value(bytes(r.value))
+                            v = None if r.value is None else schema.decode_offset_commit_value(r.value)
                         except schema.OffsetsSchemaError:
                             continue
                         if h.is_transactional:

@@ -93,7 +93,7 @@ def get_session(
     for k, v in {**BASE_CONF, **(conf or {})}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    actual = spark.sparkContext.master
+    actual = spark.sparkContext.master or ""
     if not is_local(actual) and workdir is not None:
         ship_code(spark, workdir)
     return spark

@@ -309,3 +309,59 @@ def flip_byte(path: Path, position: int) -> None:
         b = f.read(1)
         f.seek(position)
         f.write(bytes([b[0] ^ 0xFF]))
+
+
+# --- hand-made records (tests) ------------------------------------------------------------------
+
+
+def offset_entry(
+    group: str, topic: str, partition: int, offset: int | None, ts: int = 0, *, expire: int | None = None
+) -> Entry:
+    """An OffsetCommit record; ``offset=None`` makes its tombstone."""
+    key = schema.OffsetCommitKey(group, topic, partition)
+    value = None if offset is None else schema.OffsetCommitValue(offset, "", ts, -1, expire)
+    k, v = schema.encode_record(key, value)
+    return k, v
+
+
+def consumer_member(
+    member_id: str,
+    assigned: dict[str, list[int]] | None,
+    instance_id: str | None = None,
+    topics: tuple[str, ...] = ("t",),
+) -> schema.MemberMetadata:
+    """A consumer-protocol member; ``assigned=None`` gives it empty assignment bytes."""
+    sub = encode_subscription(Subscription(1, topics, None))
+    asg = (
+        b""
+        if assigned is None
+        else encode_assignment(Assignment(0, tuple(TopicPartitions(t, tuple(p)) for t, p in assigned.items())))
+    )
+    return schema.MemberMetadata(member_id, instance_id, f"client-{member_id}", "/127.0.0.1", 60000, 10000, sub, asg)
+
+
+def group_entry(
+    group: str,
+    generation: int | None,
+    members: list[schema.MemberMetadata] | None = None,
+    ts: int = 0,
+    *,
+    protocol_type: str = "consumer",
+    protocol: str = "range",
+) -> Entry:
+    """A GroupMetadata record; ``generation=None`` makes the group's tombstone."""
+    key = schema.GroupMetadataKey(group)
+    if generation is None:
+        k, v = schema.encode_record(key, None)
+        return k, v
+    ms = tuple(members or ())
+    value = schema.GroupMetadataValue(
+        protocol_type if ms or protocol_type != "consumer" else "consumer",
+        generation,
+        protocol if ms else None,
+        ms[0].member_id if ms else None,
+        ts,
+        ms,
+    )
+    k, v = schema.encode_record(key, value)
+    return k, v
