@@ -48,31 +48,29 @@ def _pick_bucket(span_ms: int) -> int:
 
 
 def collect(tables: dict[str, DataFrame], inputs: list[tuple[str, str]]) -> ReportData:
+    """Aggregate in Spark what is big (commits, generations); take the small tables whole."""
     from pyspark.sql import functions as F
 
-    seg, com, gens, summary, inv = (
-        tables["segments"],
-        tables["commits"],
-        tables["generations"],
-        tables["group_summary"],
-        tables["invariants"],
-    )
-    t = seg.agg(
-        F.count("*").alias("segments"),
-        F.coalesce(F.sum("size_bytes"), F.lit(0)).alias("bytes"),
-        F.coalesce(F.sum("records"), F.lit(0)).alias("records"),
-        F.coalesce(F.sum((F.col("status") != "ok").cast("int")), F.lit(0)).alias("damaged_segments"),
-        F.coalesce(F.sum("bad_records"), F.lit(0)).alias("bad_records"),
-    ).first()
-    totals: dict[str, Any] = t.asDict() if t is not None else {}
+    seg = tables["segments"].toPandas()
+    summary = tables["group_summary"].toPandas()
+    inv = tables["invariants"].toPandas()
+    com, gens = tables["commits"], tables["generations"]
     c = com.agg(
         F.count("*").alias("commits"), F.min("commit_timestamp").alias("lo"), F.max("commit_timestamp").alias("hi")
     ).first()
     assert c is not None
-    totals["commits"] = c["commits"]
-    totals["groups"] = summary.count()
-    totals["generation_records"] = gens.count()
-    totals["deleted_groups"] = summary.where(F.col("deleted")).count()
+    damaged = seg[seg["status"] != "ok"]
+    totals: dict[str, Any] = {
+        "segments": len(seg),
+        "bytes": int(seg["size_bytes"].sum()),
+        "records": int(seg["records"].sum()),
+        "damaged_segments": len(damaged),
+        "bad_records": int(seg["bad_records"].sum()),
+        "commits": c["commits"],
+        "groups": len(summary),
+        "generation_records": int(summary["generation_records"].sum()) if len(summary) else 0,
+        "deleted_groups": int(summary["deleted"].sum()) if len(summary) else 0,
+    }
     bucket = _pick_bucket(int((c["hi"] or 0) - (c["lo"] or 0)))
     activity = (
         com.groupBy("broker", (F.floor(F.col("commit_timestamp") / bucket) * bucket).cast("long").alias("bucket"))
@@ -80,46 +78,46 @@ def collect(tables: dict[str, DataFrame], inputs: list[tuple[str, str]]) -> Repo
         .orderBy("broker", "bucket")
         .toPandas()
     )
-    top = summary.orderBy(F.col("rebalances").desc(), F.col("generations").desc(), "broker", "group").limit(TOP_GROUPS)
-    top_pd = top.toPandas()
+    top = summary.sort_values(
+        ["rebalances", "generations", "broker", "group"], ascending=[False, False, True, True]
+    ).head(TOP_GROUPS)
+    keys = [f"{b}\x00{g}" for b, g in zip(top["broker"], top["group"], strict=True)]
     gens_pd = (
-        gens.join(top.select("broker", "group"), on=["broker", "group"], how="inner")
+        gens.where(F.concat_ws("\x00", "broker", "group").isin(keys))
         .select("broker", "group", "state_timestamp", "generation", "reason")
         .orderBy("broker", "group", "state_timestamp")
         .toPandas()
     )
-    inv_pd = (
-        inv.groupBy("check")
-        .agg(
-            F.count("*").alias("groups"),
-            F.sum((~F.col("passed")).cast("int")).alias("failed_groups"),
-            F.sum("checked").alias("checked"),
-            F.sum("violations").alias("violations"),
+    if len(inv):
+        inv_pd = (
+            inv.assign(failed=~inv["passed"])
+            .groupby("check", as_index=False)
+            .agg(
+                groups=("group", "size"),
+                failed_groups=("failed", "sum"),
+                checked=("checked", "sum"),
+                violations=("violations", "sum"),
+            )
         )
-        .orderBy("check")
-        .toPandas()
-    )
-    inv_fail = (
-        inv.where(~F.col("passed"))
-        .select("broker", "group", "check", "violations", "first_violation")
-        .orderBy("check", "broker", "group")
-        .limit(MAX_ROWS)
-        .toPandas()
-    )
+        inv_fail = (
+            inv[~inv["passed"]][["broker", "group", "check", "violations", "first_violation"]]
+            .sort_values(["check", "broker", "group"])
+            .head(MAX_ROWS)
+        )
+    else:
+        inv_pd = pd.DataFrame(columns=["check", "groups", "failed_groups", "checked", "violations"])
+        inv_fail = pd.DataFrame(columns=["broker", "group", "check", "violations", "first_violation"])
     seg_status = (
-        seg.groupBy("broker", "status")
-        .agg(F.count("*").alias("segments"), F.sum("size_bytes").alias("bytes"), F.sum("unread_bytes").alias("unread"))
-        .orderBy("broker", "status")
-        .toPandas()
+        seg.groupby(["broker", "status"], as_index=False)
+        .agg(segments=("path", "size"), bytes=("size_bytes", "sum"), unread=("unread_bytes", "sum"))
+        .sort_values(["broker", "status"])
     )
     bad_seg = (
-        seg.where(F.col("status") != "ok")
-        .select("broker", "log_partition", "base_offset", "status", "valid_bytes", "unread_bytes", "error")
-        .orderBy("broker", "log_partition", "base_offset")
-        .limit(MAX_ROWS)
-        .toPandas()
+        damaged[["broker", "log_partition", "base_offset", "status", "valid_bytes", "unread_bytes", "error"]]
+        .sort_values(["broker", "log_partition", "base_offset"])
+        .head(MAX_ROWS)
     )
-    return ReportData(inputs, totals, bucket, activity, gens_pd, top_pd, inv_pd, inv_fail, seg_status, bad_seg)
+    return ReportData(inputs, totals, bucket, activity, gens_pd, top, inv_pd, inv_fail, seg_status, bad_seg)
 
 
 # --- rendering ----------------------------------------------------------------------------------
