@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     ours = SparkSession.getActiveSession() is None  # stop only a session this call started
-    spark = get_session(args.master, conf=conf, workdir=args.out.resolve())
+    spark = get_session(args.master, conf=conf)
     try:
         counters = run(spark, inputs, args.out, report=not args.no_report)
     finally:

@@ -11,7 +11,7 @@ import html
 import io
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pandas as pd
 
@@ -51,9 +51,9 @@ def collect(tables: dict[str, DataFrame], inputs: list[tuple[str, str]]) -> Repo
     """Aggregate in Spark what is big (commits, generations); take the small tables whole."""
     from pyspark.sql import functions as F
 
-    seg = tables["segments"].toPandas()
-    summary = tables["group_summary"].toPandas()
-    inv = tables["invariants"].toPandas()
+    seg = cast(pd.DataFrame, tables["segments"].toPandas())
+    summary = cast(pd.DataFrame, tables["group_summary"].toPandas())
+    inv = cast(pd.DataFrame, tables["invariants"].toPandas())
     com, gens = tables["commits"], tables["generations"]
     c = com.agg(
         F.count("*").alias("commits"), F.min("commit_timestamp").alias("lo"), F.max("commit_timestamp").alias("hi")

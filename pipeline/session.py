@@ -5,15 +5,19 @@ Facts this follows (spec/spark-notes.md): workers must run *this* interpreter (P
 file in ``SPARK_CONF_DIR`` keep the JVM quiet and off the network in local mode.
 
 Python workers must import this package and ``protocol/`` (the decoders).  In local mode they
-inherit the driver's environment, so the source root goes on ``PYTHONPATH``; on a cluster the two
-packages are shipped as a zip with ``addPyFile`` (the executors still need pyarrow and crc32c).
+inherit the environment of the JVM this process starts, so the source root goes on ``PYTHONPATH``;
+on a cluster, or under spark-submit (which started the JVM already), the two packages are shipped
+as a zip with ``addPyFile`` (the executors still need pyarrow and crc32c installed).
 """
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
+import shutil
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,9 +72,11 @@ def _code_zip() -> bytes:
     return buf.getvalue()
 
 
-def ship_code(spark: SparkSession, workdir: Path) -> None:
-    """Make ``protocol`` and ``pipeline`` importable on remote executors."""
-    path = workdir / "rallypoint-pipeline-code.zip"
+def ship_code(spark: SparkSession) -> None:
+    """Make ``protocol`` and ``pipeline`` importable on executors that did not inherit our PYTHONPATH."""
+    tmp = Path(tempfile.mkdtemp(prefix="rallypoint-pipeline-"))
+    atexit.register(shutil.rmtree, tmp, True)
+    path = tmp / "rallypoint_pipeline_code.zip"
     path.write_bytes(_code_zip())
     spark.sparkContext.addPyFile(str(path))
 
@@ -79,12 +85,12 @@ def get_session(
     master: str | None = None,
     app_name: str = "rallypoint-offsets-report",
     conf: dict[str, str] | None = None,
-    workdir: Path | None = None,
 ) -> SparkSession:
     """A SparkSession: ``master`` if given; else spark-submit's; else ``local[*]``."""
     from pyspark.sql import SparkSession
 
-    if master is None and not under_spark_submit():
+    submitted = under_spark_submit()  # then the JVM (and the workers' environment) already exist
+    if master is None and not submitted:
         master = DEFAULT_MASTER
     prepare_environment(master or "")
     builder = SparkSession.builder.appName(app_name)
@@ -94,6 +100,6 @@ def get_session(
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     actual = spark.sparkContext.master or ""
-    if not is_local(actual) and workdir is not None:
-        ship_code(spark, workdir)
+    if submitted or not is_local(actual):
+        ship_code(spark)
     return spark
