@@ -480,32 +480,65 @@ def start_entrypoint(
     return b.start()
 
 
-# Which APIs a real consumer-group client needs, and the branch bringing them.
-CLIENT_APIS = {
-    0: ("Produce", "data"),
-    1: ("Fetch", "data"),
-    2: ("ListOffsets", "data"),
-    8: ("OffsetCommit", "groups"),
-    9: ("OffsetFetch", "groups"),
-    10: ("FindCoordinator", "groups"),
-    11: ("JoinGroup", "groups"),
-    12: ("Heartbeat", "groups"),
-    13: ("LeaveGroup", "groups"),
-    14: ("SyncGroup", "groups"),
+# The APIs a real consumer-group client needs, by the branch that brings them.
+GROUP_APIS = {
+    8: "OffsetCommit",
+    9: "OffsetFetch",
+    10: "FindCoordinator",
+    11: "JoinGroup",
+    12: "Heartbeat",
+    13: "LeaveGroup",
+    14: "SyncGroup",
 }
+DATA_APIS = {0: "Produce", 1: "Fetch", 2: "ListOffsets"}
 
 
-def missing_client_apis(host: str, port: int) -> list[str]:
+def served_apis(host: str, port: int) -> dict[int, tuple[int, int]]:
     with WireClient(host, port) as c:
-        served = {k.api_key for k in c.call(18, 0, {}).api_keys}
-    return [f"{name} ({key}, branch {branch})" for key, (name, branch) in CLIENT_APIS.items() if key not in served]
+        return {k.api_key: (k.min_version, k.max_version) for k in c.call(18, 0, {}).api_keys}
 
 
-def pending_reason(host: str, port: int) -> str | None:
-    missing = missing_client_apis(host, port)
+def pending(served: Mapping[int, object], needed: Mapping[int, str], branch: str) -> str | None:
+    """Why a step cannot run yet (APIs not served until ``branch`` is merged), or None."""
+    missing = [f"{name} ({key})" for key, name in needed.items() if key not in served]
     if not missing:
         return None
-    return "pending until merged into main: the broker does not serve " + ", ".join(missing)
+    return f"pending until branch {branch} is merged: the broker does not serve {', '.join(missing)}"
+
+
+def pending_for_clients(host: str, port: int) -> str | None:
+    served = served_apis(host, port)
+    reasons = [r for r in (pending(served, DATA_APIS, "data"), pending(served, GROUP_APIS, "groups")) if r]
+    return "; ".join(reasons) or None
+
+
+def timed_first_join(host: str, port: int, group: str, served: Mapping[int, tuple[int, int]]) -> float:
+    """Seconds a lone member's JoinGroup into a new group takes (group.initial.rebalance.delay.ms
+    holds it back, spec: group-coordinator.md, Kafka's InitialDelayedJoin)."""
+    lo, hi = served[11]
+    version = max(lo, min(hi, 5))
+    body = {
+        "group_id": group,
+        "session_timeout_ms": 10000,
+        "rebalance_timeout_ms": 10000,
+        "member_id": "",
+        "group_instance_id": None,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b""}],
+    }
+    with WireClient(host, port, timeout=30) as c:
+        t0 = time.monotonic()
+        r = c.call(11, version, body)
+        if int(r.error_code) == 79:  # MEMBER_ID_REQUIRED (v4+): join again with the given id
+            body["member_id"] = r.member_id
+            t0 = time.monotonic()
+            r = c.call(11, version, body)
+        took = time.monotonic() - t0
+        assert int(r.error_code) == 0, r
+        lv = served[13][1]
+        leave = {"group_id": group, "member_id": r.member_id, "members": [{"member_id": r.member_id}]}
+        c.call(13, min(lv, 3), leave)
+    return took
 
 
 def produce(bootstrap: str, topic: str, values: list[bytes], timeout: float = 30.0) -> None:
@@ -556,6 +589,18 @@ def consume_in_group(
     return got, offsets
 
 
+def commit_offsets(bootstrap: str, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
+    """A real client's commit outside any generation (a consumer that assigns partitions itself)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        done = c.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+        assert done is not None and all(tp.error is None for tp in done), done
+    finally:
+        c.close()
+
+
 def committed_offsets(bootstrap: str, topic: str, group: str, partitions: list[int]) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -603,9 +648,9 @@ def test_entrypoint_real_client_produces_consumes_and_commits_in_a_group(
 ) -> None:
     b = start_entrypoint(dockerfile, tmp_path, entrypoint_broker, {"KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0"})
     b.wait_healthy()
-    pending = pending_reason("127.0.0.1", b.port)
-    if pending:
-        pytest.xfail(pending)
+    reason = pending_for_clients("127.0.0.1", b.port)
+    if reason:
+        pytest.xfail(reason)
     bootstrap = f"127.0.0.1:{b.port}"
     values = [f"m{i}".encode() for i in range(20)]
     produce(bootstrap, "docker-roundtrip", values)
@@ -772,9 +817,9 @@ def test_compose_kcat_commands_against_a_broker(
     against a broker started by the entrypoint (its address substituted for localhost:9092)."""
     b = start_entrypoint(dockerfile, tmp_path, entrypoint_broker, {})
     b.wait_healthy()
-    pending = pending_reason("127.0.0.1", b.port)
-    if pending:
-        pytest.xfail(pending)
+    reason = pending_for_clients("127.0.0.1", b.port)
+    if reason:
+        pytest.xfail(reason)
     services = compose["services"]
     assert isinstance(services, dict)
     here = f"127.0.0.1:{b.port}"
