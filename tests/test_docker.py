@@ -519,8 +519,8 @@ def timed_first_join(host: str, port: int, group: str, served: Mapping[int, tupl
     version = max(lo, min(hi, 5))
     body = {
         "group_id": group,
-        "session_timeout_ms": 10000,
-        "rebalance_timeout_ms": 10000,
+        "session_timeout": 10000,
+        "rebalance_timeout": 10000,
         "member_id": "",
         "group_instance_id": None,
         "protocol_type": "consumer",
