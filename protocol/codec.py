@@ -1,4 +1,8 @@
-"""The only module that imports kio: message bodies in and out.
+"""Message bodies in and out: the kio adapter (with its reader, :mod:`protocol.tagged`).
+
+Nothing outside ``protocol/`` imports kio.  Requests from the network are decoded by
+:mod:`protocol.tagged`, never by kio's native reader alone (it aborts the process on a huge
+array length and refuses unknown tagged fields).
 
 Handlers receive decoded requests as kio's frozen dataclasses (read them by attribute; a
 field a version lacks is absent, so use ``getattr(req, "field", default)``) and answer

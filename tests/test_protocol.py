@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import itertools
+import re
 import struct
 import subprocess
 import sys
@@ -542,3 +543,14 @@ def test_has_arrays_sends_array_free_structs_to_the_native_reader() -> None:
     assert not tagged.has_arrays(codec.request_class(12, 4))  # Heartbeat
     assert tagged.has_arrays(codec.request_class(11, 5))  # JoinGroup protocols
     assert tagged.has_arrays(codec.request_class(3, 12))
+
+
+def test_nothing_outside_protocol_imports_kio() -> None:
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("coordinator", "bench")
+        if (ROOT / folder).exists()
+        for path in (ROOT / folder).rglob("*.py")
+        if re.search(r"^\s*(from|import) kio\b", path.read_text(encoding="utf-8"), re.M)
+    ]
+    assert offenders == [], "use protocol.codec instead"
