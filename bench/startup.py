@@ -113,7 +113,37 @@ def summarise(values: list[float]) -> dict[str, float]:
         "min": ordered[0],
         "p90": p90,
         "max": ordered[-1],
+        "stdev": statistics.stdev(ordered) if len(ordered) > 1 else 0.0,
     }
+
+
+def measure(runs: int) -> dict[str, dict[str, float]]:
+    """Figures (ms) over ``runs`` fresh broker processes."""
+    samples = []
+    with tempfile.TemporaryDirectory(prefix="rallypoint-bench-") as tmp:
+        for i in range(runs):
+            samples.append(one_run(str(Path(tmp) / f"run{i}")))
+    return {name: summarise([r[name] for r in samples]) for name in samples[0]}
+
+
+_LABELS = {
+    "first_answer_ms": "process start → first ApiVersions answer",
+    "listening_line_ms": "process start → `listening` log line",
+    "sigterm_to_exit_ms": "SIGTERM → process exit",
+}
+
+
+def run(quick: bool = False) -> list[dict[str, object]]:
+    """Rows for ``python -m bench`` (docs/BENCHMARKS.md)."""
+    runs = 5 if quick else 15
+    figures = measure(runs)
+    rows: list[dict[str, object]] = []
+    for name, f in figures.items():
+        print(f"{_LABELS[name]}: median {f['median']:.1f} ms (p90 {f['p90']:.1f})", flush=True)
+        stats = {**f, "n": runs}
+        note = f"{_LABELS[name]}: p90 {f['p90']:.1f} ms"
+        rows.append({"name": _LABELS[name], "unit": "ms", "stats": stats, "note": note})
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,11 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be at least 1")
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="rallypoint-bench-") as tmp:
-        for i in range(args.runs):
-            runs.append(one_run(str(Path(tmp) / f"run{i}")))
-    figures = {name: summarise([r[name] for r in runs]) for name in runs[0]}
+    figures = measure(args.runs)
     if args.json:
         print(json.dumps({"runs": args.runs, **figures}))
         return 0
