@@ -23,6 +23,13 @@ log = get_logger("rallypoint.broker")
 
 
 class Component(Protocol):
+    """A part of the broker with a life cycle.
+
+    Optionally also ``async def begin_shutdown(self) -> None``: called once shutdown starts,
+    before in-flight requests are awaited; answer any request you hold parked (Kafka's
+    coordinator answers NOT_COORDINATOR to pending joins when it unloads a group).
+    """
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
@@ -94,6 +101,16 @@ class Broker:
     async def start(self) -> None:
         for c in self._components:
             await c.start()
+
+    async def begin_shutdown(self) -> None:
+        for c in self._components:
+            hook = getattr(c, "begin_shutdown", None)
+            if hook is None:
+                continue
+            try:
+                await hook()
+            except Exception:
+                log.exception("component begin_shutdown failed", component=type(c).__name__)
 
     async def stop(self) -> None:
         for c in reversed(self._components):

@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from . import config as config_mod
 from . import logs
@@ -88,13 +90,38 @@ async def serve(cfg: config_mod.Config) -> None:
         await server.stop()
 
 
+def _run(coro: Coroutine[Any, Any, None]) -> None:
+    """asyncio.run, on uvloop when it is installed (RALLYPOINT_EVENT_LOOP=asyncio opts out)."""
+    if os.environ.get("RALLYPOINT_EVENT_LOOP", "uvloop") == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            uvloop.run(coro)
+            return
+    asyncio.run(coro)
+
+
 def _run_subcommand(name: str, argv: list[str]) -> int:
     mod_name, func_name = SUBCOMMANDS[name].split(":")
     func: Callable[[list[str]], int] = getattr(importlib.import_module(mod_name), func_name)
     return func(argv)
 
 
+def _hide_hypothesis() -> None:
+    """Keep kio from importing hypothesis in the broker process.
+
+    kio registers hypothesis strategies for its primitive types at import time whenever
+    hypothesis is installed (it is wherever the test extras are): ~250 ms of start-up spent
+    on test tooling.  A ``None`` entry in ``sys.modules`` makes that optional import fail fast.
+    """
+    if "kio" not in sys.modules:
+        sys.modules.setdefault("hypothesis", None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _hide_hypothesis()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         return _run_subcommand(argv[0], argv[1:])
@@ -107,7 +134,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     logs.configure(args.log_format, args.log_level)
     try:
-        asyncio.run(serve(cfg))
+        _run(serve(cfg))
     except OSError as e:
         print(f"rallypoint: error: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,133 @@
+"""Side-by-side figures: rallypoint vs librdkafka's mock cluster, same load generator, one run.
+
+python -m bench.compare [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from bench.common import Endpoint, describe, mock_peer, rallypoint, repeat
+from bench.loadgen import run_load
+
+
+def group_round_trips(ep: Endpoint, api: str, seconds: float, connections: int = 32, depth: int = 8) -> float:
+    result = asyncio.run(run_load(ep.host, ep.port, api, connections=connections, depth=depth, seconds=seconds))
+    if result.errors:
+        raise RuntimeError(f"{api} load against {ep.name} had {result.errors} errors")
+    return result.per_second
+
+
+def first_assignment_seconds(ep: Endpoint) -> float:
+    """One confluent-kafka consumer: subscribe → first partitions assigned."""
+    from confluent_kafka import Consumer
+
+    topic = f"bench-assign-{uuid.uuid4().hex[:8]}"
+    _ensure_topic(ep, topic)
+    assigned: list[float] = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": ep.bootstrap,
+            "group.id": f"bench-first-{uuid.uuid4().hex[:8]}",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 500,
+            "enable.auto.commit": False,
+            "log_level": 0,
+        }
+    )
+    try:
+        start = time.perf_counter()
+        consumer.subscribe([topic], on_assign=lambda c, parts: assigned.append(time.perf_counter()))
+        deadline = start + 30
+        while not assigned and time.perf_counter() < deadline:
+            consumer.poll(0.01)
+        if not assigned:
+            raise RuntimeError(f"no assignment from {ep.name} within 30 s")
+        return assigned[0] - start
+    finally:
+        consumer.close()
+
+
+def _ensure_topic(ep: Endpoint, topic: str, partitions: int = 1) -> None:
+    """Create a topic through a Metadata request with auto-creation (both brokers support it)."""
+    from tests.support import WireClient
+
+    with WireClient(ep.host, ep.port) as c:
+        c.call(3, 4, {"topics": [{"name": topic}], "allow_auto_topic_creation": True})
+        time.sleep(0.2)
+
+
+def produce_consume_msgs_per_s(ep: Endpoint, n: int, size: int = 100) -> float:
+    """confluent-kafka: produce n messages, then consume them all (assign mode); msgs/s end to end."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = f"bench-pc-{uuid.uuid4().hex[:8]}"
+    _ensure_topic(ep, topic)
+    payload = b"x" * size
+    start = time.perf_counter()
+    producer = Producer({"bootstrap.servers": ep.bootstrap, "linger.ms": 5, "log_level": 0})
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, payload, key=str(i).encode())
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(60)
+    consumer = Consumer(
+        {"bootstrap.servers": ep.bootstrap, "group.id": "bench-pc", "enable.auto.commit": False, "log_level": 0}
+    )
+    parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+    got = 0
+    deadline = time.perf_counter() + 120
+    while got < n and time.perf_counter() < deadline:
+        for m in consumer.consume(10000, 0.5):
+            if m.error() is None:
+                got += 1
+    consumer.close()
+    if got < n:
+        raise RuntimeError(f"consumed {got}/{n} from {ep.name}")
+    return n / (time.perf_counter() - start)
+
+
+MEASUREMENTS: list[tuple[str, str, Callable[[Endpoint, bool], float], bool]] = [
+    # (name, unit, fn(endpoint, quick), higher_is_better)
+    ("heartbeat round trips/s", "rt/s", lambda ep, q: group_round_trips(ep, "heartbeat", 1.5 if q else 4.0), True),
+    ("offset-commit round trips/s", "rt/s", lambda ep, q: group_round_trips(ep, "commit", 1.5 if q else 4.0), True),
+    ("time to first assignment", "s", lambda ep, q: first_assignment_seconds(ep), False),
+    ("produce→consume", "msgs/s", lambda ep, q: produce_consume_msgs_per_s(ep, 20000 if q else 200000), True),
+]
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    runs = 2 if quick else 5
+    rows: list[dict[str, Any]] = []
+    for name, unit, fn, higher in MEASUREMENTS:
+        per_broker: dict[str, dict[str, float]] = {}
+        for starter in (rallypoint, mock_peer):
+            with starter() as ep:  # type: ignore[operator]
+                per_broker[ep.name] = repeat(
+                    lambda ep=ep, fn=fn: fn(ep, quick), 1 if "assignment" in name and not quick else runs
+                )
+        rp, peer = per_broker["rallypoint"]["median"], per_broker["librdkafka-mock"]["median"]
+        ratio = (rp / peer) if higher else (peer / rp)
+        rows.append({"name": name, "unit": unit, "brokers": per_broker, "ratio": ratio, "higher_is_better": higher})
+        print(
+            f"{name}: rallypoint {describe(per_broker['rallypoint'], unit)} | "
+            f"librdkafka-mock {describe(per_broker['librdkafka-mock'], unit)} | "
+            f"rallypoint is {ratio:.2f}x {'as fast' if higher else 'as quick'}",
+            flush=True,
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true")
+    run(p.parse_args().quick)
