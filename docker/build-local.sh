@@ -35,6 +35,12 @@ if [ "$(id -u)" -ne 0 ]; then
     exec sudo --preserve-env=IMAGE,BASE,DEBIAN_MIRROR,REBUILD_BASE "$0" "$@"
 fi
 
+# One build at a time on a machine (two test runs may start it together).
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"${RALLYPOINT_BUILD_LOCK:-/run/lock/rallypoint-build-local.lock}"
+    flock 9
+fi
+
 # --- 1. tools -----------------------------------------------------------------------------------
 missing=()
 for tool in podman:podman buildah:buildah runc:runc debootstrap:debootstrap; do
