@@ -13,38 +13,47 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 COPY docker/ensure-python.sh /usr/local/lib/rallypoint/
-RUN sh /usr/local/lib/rallypoint/ensure-python.sh ca-certificates
+RUN sh /usr/local/lib/rallypoint/ensure-python.sh build
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY protocol/ protocol/
-COPY coordinator/ coordinator/
-# --only-binary: dependencies come as published wheels only (kio and crc32c have native code and
-# ship manylinux wheels for x86_64 and aarch64), so no stage ever needs a compiler; rallypoint
-# itself is pure Python and is built here from the source tree.
+# Dependencies first, in a layer of their own that only pyproject.toml invalidates, so a code
+# change does not download them again.  --only-binary: they come as published wheels only (kio,
+# crc32c and uvloop have native code and ship manylinux wheels for x86_64 and aarch64), so no
+# stage ever needs a compiler.  The build venv also gets rallypoint's build backend.
 # Optional secret "pip-ca": a CA bundle for pip, on networks that re-sign TLS with their own CA
 # (docker build --secret id=pip-ca,src=/path/to/ca-bundle.crt .).  Only this stage sees it.
+COPY pyproject.toml ./
 RUN --mount=type=secret,id=pip-ca,target=/run/secrets/pip-ca \
     if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
-    && python3 -m venv /tmp/build-venv \
-    && /tmp/build-venv/bin/pip wheel --only-binary=:all: --wheel-dir /wheels . \
-    && rm -rf /tmp/build-venv build ./*.egg-info \
+    && python3 -m venv /opt/build-venv \
+    && /opt/build-venv/bin/python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb')); \
+print('\n'.join(p['project']['dependencies'])); print('\n'.join(p['build-system']['requires']), file=open('/tmp/backend.txt', 'w'))" \
+        > /tmp/dependencies.txt \
+    && /opt/build-venv/bin/pip install --only-binary=:all: --requirement /tmp/backend.txt \
+    && /opt/build-venv/bin/pip wheel --only-binary=:all: --wheel-dir /wheels --requirement /tmp/dependencies.txt \
+    && rm /tmp/dependencies.txt /tmp/backend.txt
+# rallypoint itself: pure Python, built from the source tree, offline.
+COPY README.md ./
+COPY protocol/ protocol/
+COPY coordinator/ coordinator/
+RUN /opt/build-venv/bin/pip wheel --no-deps --no-index --no-build-isolation --wheel-dir /wheels . \
+    && rm -rf build ./*.egg-info \
     && sha256sum /wheels/*.whl > /wheels/SHA256SUMS
 
 # --- stage 2: the runtime ---------------------------------------------------------------------
 FROM ${BASE_IMAGE} AS runtime
 COPY docker/ensure-python.sh /usr/local/lib/rallypoint/
-RUN sh /usr/local/lib/rallypoint/ensure-python.sh
-# Install the wheels from stage 1 (mounted, not copied: they leave no layer behind) into a venv,
-# then remove pip and setuptools from it: the image runs the broker, it does not install things.
+RUN sh /usr/local/lib/rallypoint/ensure-python.sh runtime
+# Install the wheels from stage 1 into a venv without pip: stage 1's pip does it (--python), and
+# both its venv and the wheels are mounted, not copied, so they leave nothing behind.
 # Only the wheels' checksums are copied: a build cache (buildah's at least) does not look into a
 # RUN's mounts, but a changed COPY invalidates every step after it; they also record what is inside.
 COPY --from=build /wheels/SHA256SUMS /opt/rallypoint/wheels.sha256
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    --mount=type=bind,from=build,source=/opt/build-venv,target=/opt/build-venv \
     sha256sum --check --quiet /opt/rallypoint/wheels.sha256 \
-    && python3 -m venv /opt/rallypoint \
-    && /opt/rallypoint/bin/pip install --no-cache-dir --disable-pip-version-check \
-        --no-index --only-binary=:all: --find-links=/wheels rallypoint \
-    && /opt/rallypoint/bin/pip uninstall --yes --disable-pip-version-check pip setuptools \
+    && python3 -m venv --without-pip /opt/rallypoint \
+    && /opt/build-venv/bin/pip --python /opt/rallypoint/bin/python install --no-cache-dir \
+        --disable-pip-version-check --no-index --only-binary=:all: --find-links=/wheels rallypoint \
     && /opt/rallypoint/bin/python -c "import coordinator.cli, protocol.codec"
 
 # A fixed numeric uid/gid, so Kubernetes' runAsNonRoot can verify it.
