@@ -18,9 +18,11 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -829,3 +831,33 @@ def test_compose_kcat_commands_against_a_broker(
     r = subprocess.run([kcat, *consume_args], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [f"message {i}" for i in range(1, 11)]
+
+
+def test_entrypoint_explains_an_unwritable_data_dir() -> None:
+    """The classic bind-mount pitfall: a host directory the image's user may not write."""
+    base = Path(tempfile.mkdtemp(prefix="rallypoint-ep-"))  # /tmp: reachable by any user
+    try:
+        base.chmod(0o755)
+        data = base / "data"
+        data.mkdir(mode=0o755)
+        bin_dir = _recording_shim(base / "bin")
+        entrypoint = base / "entrypoint.sh"  # the checkout may not be readable by nobody
+        shutil.copy2(ENTRYPOINT_SH, entrypoint)
+        cmd = [str(entrypoint)]
+        if os.geteuid() == 0:  # root may write anywhere: run as nobody, as the image runs uid 10001
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+        else:
+            data.chmod(0o555)
+        r = subprocess.run(
+            cmd,
+            env={"PATH": f"{bin_dir}:/usr/bin:/bin", "KAFKA_DATA_DIR": str(data)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=base,
+        )
+        assert r.returncode == 1, r
+        assert f"data directory {data} is not writable" in r.stderr, r.stderr
+        assert r.stdout == "", "the broker must not be started"
+    finally:
+        shutil.rmtree(base)
