@@ -14,6 +14,7 @@
 # BASE (default localhost/debian-local:bookworm), REBUILD_BASE=1 to remake BASE,
 # DEBIAN_MIRROR (default: the one in /etc/apt/sources.list{,.d/*}).
 # The last line of output is the image name.  Run as root (or with sudo available).
+# `build-local.sh --print-mirror` only prints the Debian mirror it would use.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,41 +31,15 @@ die() {
     exit 1
 }
 
-if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 || die "needs root (apt-get, debootstrap, rootful podman) and sudo is not installed"
-    exec sudo --preserve-env=IMAGE,BASE,DEBIAN_MIRROR,REBUILD_BASE "$0" "$@"
-fi
-
-# One build at a time on a machine (two test runs may start it together).
-if command -v flock >/dev/null 2>&1; then
-    exec 9>"${RALLYPOINT_BUILD_LOCK:-/run/lock/rallypoint-build-local.lock}"
-    flock 9
-fi
-
-# --- 1. tools -----------------------------------------------------------------------------------
-missing=()
-for tool in podman:podman buildah:buildah runc:runc debootstrap:debootstrap; do
-    command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool##*:}")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-    command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get to install them"
-    step "installing ${missing[*]} (apt-get)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq || die "step 'apt-get update' failed"
-    apt-get install -y -qq --no-install-recommends podman buildah runc debootstrap >/dev/null ||
-        die "step 'apt-get install podman buildah runc debootstrap' failed"
-fi
-step "$(podman --version), $(runc --version | head -n1)"
-
-# --- 2. the Debian mirror apt uses here (never hard-coded) -----------------------------------
+# The Debian mirror apt uses on this machine (never hard-coded).
 debian_mirror() {
     if [ -n "${DEBIAN_MIRROR:-}" ]; then
         echo "$DEBIAN_MIRROR"
         return
     fi
-    local files=()
-    [ -f /etc/apt/sources.list ] && files+=(/etc/apt/sources.list)
-    for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+    local files=() etc=${APT_ETC:-/etc/apt}
+    [ -f "$etc/sources.list" ] && files+=("$etc/sources.list")
+    for f in "$etc"/sources.list.d/*.list "$etc"/sources.list.d/*.sources; do
         [ -f "$f" ] && files+=("$f")
     done
     [ "${#files[@]}" -gt 0 ] || return 0
@@ -99,9 +74,40 @@ debian_mirror() {
     ' "${files[@]}"
 }
 
+
+if [ "${1:-}" = "--print-mirror" ]; then # the mirror step 2 would use (APT_ETC: another /etc/apt)
+    debian_mirror
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || die "needs root (apt-get, debootstrap, rootful podman) and sudo is not installed"
+    exec sudo --preserve-env=IMAGE,BASE,DEBIAN_MIRROR,REBUILD_BASE "$0" "$@"
+fi
+
+# One build at a time on a machine (two test runs may start it together).
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"${RALLYPOINT_BUILD_LOCK:-/run/lock/rallypoint-build-local.lock}"
+    flock 9
+fi
+
+# --- 1. tools -----------------------------------------------------------------------------------
+missing=()
+for tool in podman:podman buildah:buildah runc:runc debootstrap:debootstrap; do
+    command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool##*:}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get to install them"
+    step "installing ${missing[*]} (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq || die "step 'apt-get update' failed"
+    apt-get install -y -qq --no-install-recommends podman buildah runc debootstrap >/dev/null ||
+        die "step 'apt-get install podman buildah runc debootstrap' failed"
+fi
+step "$(podman --version), $(runc --version | head -n1)"
+
 base_exists() { podman image exists "$BASE"; }
 
-# --- 3. the local Debian base image (cached) -----------------------------------------------------
+# --- 2. the local Debian base image (cached) -----------------------------------------------------
 if [ "${REBUILD_BASE:-0}" = 1 ] && base_exists; then
     podman rmi "$BASE" >/dev/null
 fi
@@ -141,7 +147,7 @@ EOF
     trap - EXIT
 fi
 
-# --- 4. the image ---------------------------------------------------------------------------------
+# --- 3. the image ---------------------------------------------------------------------------------
 # pip in the build stage must trust what this machine trusts (some networks re-sign TLS with
 # their own CA): hand the host's CA bundle to it as the Dockerfile's optional "pip-ca" secret,
 # which only that RUN step sees; nothing of it reaches the image.

@@ -861,3 +861,52 @@ def test_entrypoint_explains_an_unwritable_data_dir() -> None:
         assert r.stdout == "", "the broker must not be started"
     finally:
         shutil.rmtree(base)
+
+
+@pytest.mark.parametrize(
+    ("files", "want"),
+    [
+        (  # one-line format, with options; security and updates entries come first
+            {
+                "sources.list": "deb http://sec.example/debian-security bookworm-security main\n"
+                "deb [arch=amd64 signed-by=/k.gpg] http://mirror.example/debian bookworm main contrib\n"
+            },
+            "http://mirror.example/debian",
+        ),
+        (  # deb822: a disabled stanza and a deb-src-only stanza are skipped
+            {
+                "sources.list.d/a.sources": "Types: deb\nURIs: http://off.example/debian\nSuites: bookworm\n"
+                "Enabled: no\n\nTypes: deb-src\nURIs: http://src.example/debian\nSuites: bookworm\n\n"
+                "Types: deb\n# a comment\nURIs: http://on.example/debian\nSuites: bookworm bookworm-updates\n"
+                "Components: main\n"
+            },
+            "http://on.example/debian",
+        ),
+        (  # another suite on the host: any Debian archive will do for debootstrap bookworm
+            {"sources.list.d/t.sources": "Types: deb\nURIs: http://t.example/debian\nSuites: trixie\n"},
+            "http://t.example/debian",
+        ),
+        ({"sources.list": "deb http://archive.ubuntu.example/ubuntu noble main\n"}, ""),  # not Debian
+    ],
+)
+def test_build_local_takes_the_debian_mirror_from_apt_sources(tmp_path: Path, files: dict[str, str], want: str) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    r = subprocess.run(
+        [str(ROOT / "docker" / "build-local.sh"), "--print-mirror"],
+        env={"PATH": "/usr/bin:/bin", "APT_ETC": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == want
+
+
+def test_build_local_hard_codes_no_registry_or_mirror_host() -> None:
+    for path in (ROOT / "docker").rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            for host in ("deb.debian.org", "docker.io", "registry-1", "quay.io", "ghcr.io", "pypi.org"):
+                assert host not in text, f"{path.relative_to(ROOT)} names {host}"
