@@ -28,6 +28,11 @@ class Component(Protocol):
     async def stop(self) -> None: ...
 
 
+class CloseConnection(Exception):
+    """Raised by a handler to close its connection without answering (Kafka's
+    ``closeConnection``, e.g. a failed acks=0 Produce)."""
+
+
 @dataclass
 class RequestContext:
     """What a handler knows about the request besides its body."""
@@ -71,6 +76,9 @@ class Broker:
         self.topics = TopicStore(
             default_partitions=config["num.partitions"],
             auto_create=config["auto.create.topics.enable"],
+            data_dir=self.data_dir,
+            retention_bytes=config["log.retention.bytes"],
+            max_message_bytes=config["message.max.bytes"],
         )
         self.bound_port: int = config["port"]
         self._components: list[Component] = []
@@ -90,6 +98,14 @@ class Broker:
         self.parts[name] = component
         if hasattr(component, "start") and hasattr(component, "stop"):
             self._components.append(component)
+
+    def begin_shutdown(self) -> None:
+        """Called when the server stops accepting: wake long waits (parked fetches) so
+        in-flight requests can answer before the grace period ends."""
+        for c in self._components:
+            hook = getattr(c, "begin_shutdown", None)
+            if hook is not None:
+                hook()
 
     async def start(self) -> None:
         for c in self._components:

@@ -26,7 +26,7 @@ from protocol.apis import API_VERSIONS_KEY, served
 from protocol.errors import ErrorCode
 from protocol.framing import FrameError, parse_request_header, peek_api_key_version
 
-from .broker import Broker, RequestContext
+from .broker import Broker, CloseConnection, RequestContext
 from .handlers import load_handlers
 from .handlers.api_versions import unsupported_version_body
 from .logs import get as get_logger
@@ -77,6 +77,7 @@ class Server:
         log.info("shutting down", connections=len(self._connections))
         if self._server is not None:
             self._server.close()
+        self.broker.begin_shutdown()
         # Idle connections (waiting for a request) are closed at once; busy ones get a grace
         # period to send their answer.
         for cid, (task, _writer) in list(self._connections.items()):
@@ -196,6 +197,9 @@ class Server:
             response = await self.handlers[api_key](ctx, request)
         except asyncio.CancelledError:
             raise
+        except CloseConnection as e:
+            log.info("closing connection", connection=cid, api=api.name, reason=str(e))
+            return None
         except Exception:
             log.exception("handler failed", connection=cid, api=api.name, api_version=version)
             return self._error_response(api_key, version, corr)
