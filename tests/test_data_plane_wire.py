@@ -565,3 +565,19 @@ def test_restart_keeps_topics_and_offsets(broker_factory: Callable[..., BrokerPr
     b.start()
     with WireClient(b.host, b.port) as c:
         assert list_offset(c, "keep", -1)["offset"] == 9
+
+
+def test_shutdown_releases_parked_fetch(broker_factory: Callable[..., BrokerProcess]) -> None:
+    b = broker_factory()
+    with WireClient(b.host, b.port) as c:
+        create(c, "bye")
+        corr = c.send(FETCH, 12, fetch_body([("bye", 0, 0)], max_wait=30_000))
+        time.sleep(0.3)
+        assert b.proc is not None
+        b.proc.terminate()
+        start = time.monotonic()
+        resp = codec.to_dict(c.receive(FETCH, 12, corr))  # answered, not left hanging for 30 s
+        assert time.monotonic() - start < 3
+        assert resp["responses"][0]["partitions"][0]["error_code"] == 0
+    assert b.stop() == 0
+    assert b.events("stopped")

@@ -15,10 +15,13 @@ from typing import Any
 from protocol import codec
 from protocol.errors import ErrorCode
 
-from ..topics.fetch_sessions import ZERO_UUID, Key, PartitionRequest
+from ..logs import get as get_logger
+from ..topics.fetch_sessions import INVALID_SESSION_ID, ZERO_UUID, Key, PartitionRequest
 from ..topics.fetcher import ReadSpec, fetch
 
 API_KEY = 1
+
+log = get_logger("rallypoint.fetch")
 
 READ_COMMITTED = 1
 
@@ -61,6 +64,13 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
         forgotten.extend((fkey, int(i)) for i in f.partitions)
 
     sessions = store.fetch_sessions
+    log.debug(
+        "fetch",
+        version=version,
+        session_id=int(getattr(request, "session_id", 0)),
+        session_epoch=int(getattr(request, "session_epoch", -1)),
+        client_id=ctx.client_id,
+    )
     context = sessions.new_context(
         version,
         int(getattr(request, "session_id", 0)),
@@ -100,6 +110,16 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
     )
     results = [(context.partitions[i][0], context.partitions[i][1], datas[j]) for j, i in enumerate(order)]
     error, session_id, to_send = sessions.finish(context, results, broker.clock.now_ms())
+    if context.kind == "full" and session_id != INVALID_SESSION_ID:
+        log.info(
+            "fetch session created",
+            session_id=session_id,
+            partitions=len(results),
+            client_id=ctx.client_id,
+            connection=ctx.connection_id,
+        )
+    elif error != ErrorCode.NONE:
+        log.info("fetch session error", error=error.name, client_id=ctx.client_id, connection=ctx.connection_id)
 
     node_endpoints: list[dict[str, Any]] = []
     topics_out: dict[Any, dict[str, Any]] = {}
