@@ -448,3 +448,27 @@ def test_clients_used_incremental_fetch_sessions(
     created = [e.get("client_id") for e in matrix_broker.events("fetch session created")[before:]]
     assert created and all(c.startswith("kafka-python") for c in created), created
     assert not matrix_broker.events("fetch session error")
+
+
+def test_confluent_resumes_at_a_position_with_leader_epoch(
+    produced: dict[str, tuple[str, list[Msg]]], matrix_broker: BrokerProcess
+) -> None:
+    """Assigning offset + leader epoch makes librdkafka validate the position with
+    OffsetForLeaderEpoch (KIP-320) before fetching; it must then read on from that offset."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic, msgs = produced["aiokafka"]
+    want = [m for m in msgs if m.partition == 0][1234:]
+    c = Consumer({"bootstrap.servers": matrix_broker.bootstrap, "group.id": "epoch", "enable.auto.commit": False})
+    got: list[tuple[int, bytes, bytes]] = []
+    try:
+        c.assign([TopicPartition(topic, 0, 1234, leader_epoch=0)])
+        deadline = time.monotonic() + DEADLINE_S
+        while len(got) < len(want) and time.monotonic() < deadline:
+            for m in c.consume(1000, 0.5):
+                assert m.error() is None, m.error()
+                assert m.leader_epoch() == 0
+                got.append((m.offset(), m.key(), m.value() or b""))
+    finally:
+        c.close()
+    assert got == [(1234 + i, m.key, m.value) for i, m in enumerate(want)]

@@ -581,3 +581,46 @@ def test_shutdown_releases_parked_fetch(broker_factory: Callable[..., BrokerProc
         assert resp["responses"][0]["partitions"][0]["error_code"] == 0
     assert b.stop() == 0
     assert b.events("stopped")
+
+
+def test_every_served_version_answers(wire: WireClient) -> None:
+    """One round trip per advertised version of each data-plane API (field sets differ per version)."""
+    from protocol.apis import SERVED_APIS
+
+    t = unique("versions")
+    tid = create(wire, t)["topic_id"]
+    part = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20, "current_leader_epoch": 0}
+    for v in range(SERVED_APIS[PRODUCE].min_version, SERVED_APIS[PRODUCE].max_version + 1):
+        body = {
+            "transactional_id": None,
+            "acks": -1,
+            "timeout": 5000,
+            "topic_data": [{"name": t, "topic_id": tid, "partition_data": [{"index": 0, "records": batch(1)}]}],
+        }
+        r = codec.to_dict(wire.call(PRODUCE, v, body))["responses"][0]["partition_responses"][0]
+        assert (r["error_code"], r["base_offset"]) == (0, v - 3), v
+    n = SERVED_APIS[PRODUCE].max_version - 2
+    for v in range(SERVED_APIS[FETCH].min_version, SERVED_APIS[FETCH].max_version + 1):
+        body = fetch_body([(t, 0, 0)])
+        body["topics"] = [{"topic": t, "topic_id": tid, "partitions": [part]}]
+        resp = codec.to_dict(wire.call(FETCH, v, body))
+        p = resp["responses"][0]["partitions"][0]
+        assert p["error_code"] == 0 and len(records_of(p["records"])) == n, v
+    for v in range(SERVED_APIS[LIST_OFFSETS].min_version, SERVED_APIS[LIST_OFFSETS].max_version + 1):
+        assert list_offset(wire, t, -1, version=v)["offset"] == n, v
+    for v in range(SERVED_APIS[INIT_PID].min_version, SERVED_APIS[INIT_PID].max_version + 1):
+        body = {"transactional_id": None, "transaction_timeout": 1000, "producer_id": -1, "producer_epoch": -1}
+        assert codec.to_dict(wire.call(INIT_PID, v, body))["error_code"] == 0, v
+    for v in range(SERVED_APIS[OFFSET_FOR_EPOCH].min_version, SERVED_APIS[OFFSET_FOR_EPOCH].max_version + 1):
+        body = {"replica_id": -1, "topics": [{"topic": t, "partitions": [{"partition": 0, "leader_epoch": 0}]}]}
+        assert codec.to_dict(wire.call(OFFSET_FOR_EPOCH, v, body))["topics"][0]["partitions"][0]["end_offset"] == n
+    for v in range(SERVED_APIS[CREATE_TOPICS].min_version, SERVED_APIS[CREATE_TOPICS].max_version + 1):
+        assert create(wire, unique("cv"), version=v)["error_code"] == 0, v
+    for v in range(SERVED_APIS[CREATE_PARTITIONS].min_version, SERVED_APIS[CREATE_PARTITIONS].max_version + 1):
+        body = {"topics": [{"name": t, "count": v + 2, "assignments": None}], "timeout": 1000, "validate_only": False}
+        assert codec.to_dict(wire.call(CREATE_PARTITIONS, v, body))["results"][0]["error_code"] == 0, v
+    for v in range(SERVED_APIS[DELETE_TOPICS].min_version, SERVED_APIS[DELETE_TOPICS].max_version + 1):
+        name = unique("dv")
+        create(wire, name)
+        body = {"topic_names": [name], "topics": [{"name": name, "topic_id": uuid.UUID(int=0)}], "timeout": 1000}
+        assert codec.to_dict(wire.call(DELETE_TOPICS, v, body))["responses"][0]["error_code"] == 0, v

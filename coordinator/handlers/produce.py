@@ -93,7 +93,7 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any] | None:
                 parts.append(_error(idx, missing if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             assert topic is not None
-            data = bytes(pdata.records or b"")
+            data = pdata.records or b""
             try:
                 pos, size = validate_produce_records(version, data)
             except BatchError as e:
