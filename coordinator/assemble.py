@@ -9,4 +9,5 @@ from .config import Config
 
 def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     broker = Broker(cfg, clock)
+    broker.add_component("topics", broker.topics)
     return broker

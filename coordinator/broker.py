@@ -8,6 +8,7 @@ in reverse order, on shutdown.
 
 from __future__ import annotations
 
+import inspect
 import os
 import uuid
 from dataclasses import dataclass
@@ -33,6 +34,11 @@ class Component(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to close its connection without answering (Kafka's
+    ``closeConnection``, e.g. a failed acks=0 Produce)."""
 
 
 @dataclass
@@ -78,6 +84,9 @@ class Broker:
         self.topics = TopicStore(
             default_partitions=config["num.partitions"],
             auto_create=config["auto.create.topics.enable"],
+            data_dir=self.data_dir,
+            retention_bytes=config["log.retention.bytes"],
+            max_message_bytes=config["message.max.bytes"],
         )
         self.bound_port: int = config["port"]
         self._components: list[Component] = []
@@ -108,7 +117,10 @@ class Broker:
             if hook is None:
                 continue
             try:
-                await hook()
+                # sync hooks (the topic store wakes parked fetches) and async ones alike
+                result = hook()
+                if inspect.isawaitable(result):
+                    await result
             except Exception:
                 log.exception("component begin_shutdown failed", component=type(c).__name__)
 

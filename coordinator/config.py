@@ -80,6 +80,7 @@ SETTINGS: Final[dict[str, Setting]] = {
         Setting("socket.request.max.bytes", _int_range(1, INT32_MAX), 104857600, "largest request frame"),
         Setting("auto.create.topics.enable", _bool, True, "create topics on Metadata/Produce"),
         Setting("num.partitions", _int_range(1, 100000), 1, "partitions of auto-created topics"),
+        Setting("message.max.bytes", _int_range(0, INT32_MAX), 1048588, "largest record batch a producer may send"),
         Setting("log.retention.bytes", _int_range(-1), 256 * 1024 * 1024, "per-partition bytes kept in memory"),
         Setting("group.initial.rebalance.delay.ms", _int_range(0, INT32_MAX), 0, "initial rebalance delay"),
         Setting("group.min.session.timeout.ms", _int_range(0, INT32_MAX), 6000, "smallest session timeout"),

@@ -26,7 +26,7 @@ from protocol.apis import API_VERSIONS_KEY, served
 from protocol.errors import ErrorCode
 from protocol.framing import FrameError, parse_request_header, peek_api_key_version
 
-from .broker import Broker, RequestContext
+from .broker import Broker, CloseConnection, RequestContext
 from .handlers import load_handlers
 from .handlers.api_versions import unsupported_version_body
 from .logs import get as get_logger
@@ -212,6 +212,9 @@ class Server:
             response = await self.handlers[api_key](ctx, request)
         except asyncio.CancelledError:
             raise
+        except CloseConnection as e:
+            log.info("closing connection", connection=cid, api=api.name, reason=str(e))
+            return None
         except Exception:
             log.exception("handler failed", connection=cid, api=api.name, api_version=version)
             return self._error_response(api_key, version, corr)
