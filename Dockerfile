@@ -26,8 +26,8 @@ RUN --mount=type=secret,id=pip-ca,target=/run/secrets/pip-ca \
     if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
     && python3 -m venv /opt/build-venv \
     && /opt/build-venv/bin/python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb')); \
-print('\n'.join(p['project']['dependencies'])); print('\n'.join(p['build-system']['requires']), file=open('/tmp/backend.txt', 'w'))" \
-        > /tmp/dependencies.txt \
+open('/tmp/backend.txt', 'w').write('\n'.join(p['build-system']['requires'])); \
+open('/tmp/dependencies.txt', 'w').write('\n'.join(p['project']['dependencies']))" \
     && /opt/build-venv/bin/pip install --only-binary=:all: --requirement /tmp/backend.txt \
     && /opt/build-venv/bin/pip wheel --only-binary=:all: --wheel-dir /wheels --requirement /tmp/dependencies.txt \
     && rm /tmp/dependencies.txt /tmp/backend.txt
