@@ -218,128 +218,211 @@ def _member_row(m: schema.MemberMetadata, consumer: bool) -> dict[str, Any]:
     return row
 
 
-class _Columns:
-    """Column-wise row buffer (cheaper than a dict per row for pyarrow)."""
+# Which columns each kind of row fills, in the order its row tuples hold them; the other columns
+# are null.  Rows are buffered as tuples per kind and turned into columns with zip(*rows) (C speed).
+_COMMON = (
+    "kind",
+    "broker",
+    "log_partition",
+    "segment_base",
+    "log_offset",
+    "batch_offset",
+    "timestamp",
+    "producer_id",
+    "transactional",
+    "tombstone",
+)
+KIND_COLUMNS: dict[str, tuple[str, ...]] = {
+    "offset": (
+        *_COMMON,
+        "key_version",
+        "value_version",
+        "group",
+        "topic",
+        "partition",
+        "offset",
+        "leader_epoch",
+        "metadata",
+        "commit_timestamp",
+        "expire_timestamp",
+    ),
+    "group": (
+        *_COMMON,
+        "key_version",
+        "value_version",
+        "group",
+        "protocol_type",
+        "generation",
+        "protocol",
+        "leader",
+        "current_state_timestamp",
+        "members",
+    ),
+    "marker": (*_COMMON, "control_type"),
+    "other": (*_COMMON, "key_version"),
+    "bad": (*_COMMON, "error"),
+    "segment": (
+        "kind",
+        "broker",
+        "log_partition",
+        "segment_base",
+        "path",
+        "size_bytes",
+        "valid_bytes",
+        "batches",
+        "records",
+        "bad_records",
+        "other_records",
+        "first_offset",
+        "last_offset",
+        "status",
+        "error",
+    ),
+}
+_TYPES = {f.name: f.type for f in ARROW_SCHEMA}
 
-    def __init__(self) -> None:
-        self.cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
-        self.n = 0
 
-    def add(self, **values: Any) -> None:
-        for c, col in self.cols.items():
-            col.append(values.get(c))
-        self.n += 1
-
-    def take(self) -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_pydict(self.cols, schema=ARROW_SCHEMA)
-        self.cols = {c: [] for c in COLUMNS}
-        self.n = 0
-        return batch
-
-
-def _record_row(seg: SegmentFile, h: rec.BatchHeader, r: rec.Record) -> tuple[str, dict[str, Any]]:
-    base: dict[str, Any] = {
-        "broker": seg.broker,
-        "log_partition": seg.log_partition,
-        "segment_base": seg.base_offset,
-        "log_offset": r.offset,
-        "batch_offset": h.base_offset,
-        "timestamp": r.timestamp,
-        "producer_id": h.producer_id,
-        "transactional": h.is_transactional,
-        "tombstone": r.value is None,
-    }
-    if h.is_control:
-        base["control_type"] = rec.control_type(r)
-        return "marker", base
-    if r.key is None:
-        return "bad", {**base, "error": "record without a key"}
-    try:
-        key = schema.decode_key(r.key)
-        base["key_version"] = schema.record_version(r.key)
-        if isinstance(key, schema.UnknownKey):
-            return "other", base
-        if r.value is not None:
-            base["value_version"] = schema.record_version(r.value)
-        if isinstance(key, schema.OffsetCommitKey):
-            base.update(group=key.group, topic=key.topic, partition=key.partition)
-            if r.value is not None:
-                v = schema.decode_offset_commit_value(r.value)
-                base.update(
-                    offset=v.offset,
-                    leader_epoch=v.leader_epoch,
-                    metadata=v.metadata,
-                    commit_timestamp=v.commit_timestamp,
-                    expire_timestamp=v.expire_timestamp,
-                )
-            return "offset", base
-        base["group"] = key.group
-        if r.value is not None:
-            g = schema.decode_group_metadata_value(r.value)
-            consumer = g.protocol_type == "consumer"
-            base.update(
-                protocol_type=g.protocol_type,
-                generation=g.generation,
-                protocol=g.protocol,
-                leader=g.leader,
-                current_state_timestamp=g.current_state_timestamp,
-                members=[_member_row(m, consumer) for m in g.members],
-            )
-        return "group", base
-    except schema.OffsetsSchemaError as e:
-        return "bad", {**base, "error": str(e)}
+def _to_batch(kind: str, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    cols = dict(zip(KIND_COLUMNS[kind], zip(*rows, strict=True), strict=True))
+    n = len(rows)
+    arrays = [
+        pa.array(cols[name], type=_TYPES[name]) if name in cols else pa.nulls(n, type=_TYPES[name]) for name in COLUMNS
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one segment's records, then its ``segment`` row.  Never raises for bad
     data: reading stops at the first torn or corrupt batch and the segment row says so."""
-    buf = _Columns()
-    stats: dict[str, Any] = {
-        "valid_bytes": 0,
-        "batches": 0,
-        "records": 0,
-        "bad_records": 0,
-        "other_records": 0,
-        "first_offset": None,
-        "last_offset": None,
-    }
+    buffers: dict[str, list[tuple[Any, ...]]] = {k: [] for k in KIND_COLUMNS}
+    offsets, groups = buffers["offset"], buffers["group"]
+    n_batches = n_records = n_bad = n_other = valid_bytes = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
     status, error = STATUS_OK, None
+    broker, lp, sbase = seg.broker, seg.log_partition, seg.base_offset
+    decode_key = schema.decode_key
+    offset_key, group_key = schema.OffsetCommitKey, schema.GroupMetadataKey
     try:
         for batch in rec.iter_file_batches(seg.path):
             h = batch.header
-            for r in batch.records:
-                kind, row = _record_row(seg, h, r)
-                buf.add(kind=kind, **row)
-                if kind == "bad":
-                    stats["bad_records"] += 1
-                elif kind == "other":
-                    stats["other_records"] += 1
-                if buf.n >= batch_rows:
-                    yield buf.take()
-            stats["batches"] += 1
-            stats["records"] += len(batch.records)
-            stats["valid_bytes"] = h.end
-            if stats["first_offset"] is None:
-                stats["first_offset"] = h.base_offset
-            stats["last_offset"] = h.last_offset
+            boff, pid, txn = h.base_offset, h.producer_id, h.is_transactional
+            if h.is_control:
+                for r in batch.records:
+                    common = (broker, lp, sbase, r.offset, boff, r.timestamp, pid, txn, r.value is None)
+                    buffers["marker"].append(("marker", *common, rec.control_type(r)))
+            for r in () if h.is_control else batch.records:
+                k, v = r.key, r.value
+                common = (broker, lp, sbase, r.offset, boff, r.timestamp, pid, txn, v is None)
+                if k is None:
+                    buffers["bad"].append(("bad", *common, "record without a key"))
+                    n_bad += 1
+                    continue
+                try:
+                    key = decode_key(k)
+                    if isinstance(key, offset_key):
+                        if v is None:
+                            offsets.append(
+                                (
+                                    "offset",
+                                    *common,
+                                    (k[0] << 8 | k[1]),
+                                    None,
+                                    key.group,
+                                    key.topic,
+                                    key.partition,
+                                    None,
+                                    None,
+                                    None,
+                                    None,
+                                    None,
+                                )
+                            )
+                        else:
+                            ov = schema.decode_offset_commit_value(v)
+                            offsets.append(
+                                (
+                                    "offset",
+                                    *common,
+                                    (k[0] << 8 | k[1]),
+                                    (v[0] << 8 | v[1]),
+                                    key.group,
+                                    key.topic,
+                                    key.partition,
+                                    ov.offset,
+                                    ov.leader_epoch,
+                                    ov.metadata,
+                                    ov.commit_timestamp,
+                                    ov.expire_timestamp,
+                                )
+                            )
+                    elif isinstance(key, group_key):
+                        if v is None:
+                            groups.append(("group", *common, (k[0] << 8 | k[1]), None, key.group) + (None,) * 6)
+                        else:
+                            g = schema.decode_group_metadata_value(v)
+                            consumer = g.protocol_type == "consumer"
+                            groups.append(
+                                (
+                                    "group",
+                                    *common,
+                                    (k[0] << 8 | k[1]),
+                                    (v[0] << 8 | v[1]),
+                                    key.group,
+                                    g.protocol_type,
+                                    g.generation,
+                                    g.protocol,
+                                    g.leader,
+                                    g.current_state_timestamp,
+                                    [_member_row(m, consumer) for m in g.members],
+                                )
+                            )
+                    else:  # UnknownKey: KIP-848 / share-group records, skipped as Kafka's Scala loader does
+                        buffers["other"].append(("other", *common, key.version))
+                        n_other += 1
+                except schema.OffsetsSchemaError as e:
+                    buffers["bad"].append(("bad", *common, str(e)))
+                    n_bad += 1
+            n_batches += 1
+            n_records += len(batch.records)
+            valid_bytes = h.end
+            if first_offset is None:
+                first_offset = h.base_offset
+            last_offset = h.last_offset
+            if len(offsets) >= batch_rows:
+                yield _to_batch("offset", offsets)
+                offsets.clear()
+            if len(groups) * 8 >= batch_rows:  # group rows are wide
+                yield _to_batch("group", groups)
+                groups.clear()
     except rec.UnsupportedBatchError as e:
         status, error = "unsupported", str(e)
     except rec.RecordsError as e:
         status, error = ("torn" if _is_torn_tail(seg, e) else "corrupt"), str(e)
     except OSError as e:
         status, error = "unreadable", f"{type(e).__name__}: {e}"
-    buf.add(
-        kind="segment",
-        broker=seg.broker,
-        log_partition=seg.log_partition,
-        segment_base=seg.base_offset,
-        path=seg.path,
-        size_bytes=seg.size,
-        status=status,
-        error=error,
-        **stats,
+    buffers["segment"].append(
+        (
+            "segment",
+            broker,
+            lp,
+            sbase,
+            seg.path,
+            seg.size,
+            valid_bytes,
+            n_batches,
+            n_records,
+            n_bad,
+            n_other,
+            first_offset,
+            last_offset,
+            status,
+            error,
+        )
     )
-    yield buf.take()
+    for kind, rows in buffers.items():
+        if rows:
+            yield _to_batch(kind, rows)
 
 
 def decode_segments(segs: Iterable[SegmentFile], batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:

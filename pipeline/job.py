@@ -108,17 +108,27 @@ def run(spark: SparkSession, inputs: Sequence[Input], out: Path, *, report: bool
     # few shuffle partitions for small logs: each one is a task per stage (AQE coalesces further)
     spark.conf.set("spark.sql.shuffle.partitions", str(max(parallelism, min(200, total // (32 << 20)))))
     staging = out / STAGING
+    t1 = time.monotonic()
     decoded_frame(spark, files).write.mode("overwrite").parquet(staging.as_uri())
     decoded = spark.read.schema(spark_schema()).parquet(staging.as_uri())
+    t2 = time.monotonic()
     tables = build_and_write(spark, decoded, out)
     counters = counters_of(tables)
+    t3 = time.monotonic()
     if report:
         from pipeline import report as report_mod
 
         data = report_mod.collect(tables, [(i.broker, str(i.data_dir)) for i in inputs])
         (out / "report.html").write_text(report_mod.render(data), encoding="utf-8")
     shutil.rmtree(staging, ignore_errors=True)
-    counters["seconds"] = round(time.monotonic() - t0, 1)
+    t4 = time.monotonic()
+    counters["bytes"] = total
+    counters.update(
+        decode_seconds=round(t2 - t1, 2),
+        tables_seconds=round(t3 - t2, 2),
+        report_seconds=round(t4 - t3, 2),
+        seconds=round(t4 - t0, 2),
+    )
     return counters
 
 

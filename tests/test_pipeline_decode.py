@@ -19,9 +19,12 @@ from protocol import offsets_schema as schema
 
 
 def rows(seg: decode.SegmentFile) -> list[dict[str, object]]:
+    """Decoded rows in log order, the segment row last (batches come per kind of row)."""
     batches = list(decode.decode_segment(seg, batch_rows=4))
     assert all(b.schema == decode.ARROW_SCHEMA for b in batches)
-    return pa.Table.from_batches(batches, schema=decode.ARROW_SCHEMA).to_pylist()
+    out = pa.Table.from_batches(batches, schema=decode.ARROW_SCHEMA).to_pylist()
+    assert [r["kind"] for r in out].count("segment") == 1
+    return sorted(out, key=lambda r: (r["kind"] == "segment", r["log_offset"]))
 
 
 def only_segment(data_dir: Path, broker: str = "b") -> decode.SegmentFile:
