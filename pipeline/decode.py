@@ -21,6 +21,7 @@ where a log recovery truncates; nothing raises out of :func:`decode_segment`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterable, Iterator
@@ -144,19 +145,17 @@ def find_segments(broker: str, data_dir: str | os.PathLike[str]) -> list[Segment
             if fm and f.is_file():
                 segs.append(SegmentFile(broker, int(m.group(1)), int(fm.group(1)), f.path, f.stat().st_size, False))
         if segs:
-            segs[-1] = _last(segs[-1])
+            segs[-1] = dataclasses.replace(segs[-1], is_last=True)
         out += segs
     return out
 
 
-def _last(s: SegmentFile) -> SegmentFile:
-    return SegmentFile(s.broker, s.log_partition, s.base_offset, s.path, s.size, True)
-
-
 def _is_torn_tail(seg: SegmentFile, err: rec.RecordsError) -> bool:
-    """What the broker's recovery truncates instead of refusing to start
-    (docs/offsets-log-format.md, "Recovery"): in the partition's last segment, a batch cut short,
-    zero bytes, or a final batch failing its CRC that ends exactly at the end of the file."""
+    """Whether the broker's recovery truncates this damage away instead of refusing to start
+    (coordinator/log/segments.py ``scan_segment``): only in the partition's last segment, a batch
+    cut short, zero bytes after the last batch, or a final batch that fails its header checks (CRC)
+    and ends exactly at the end of the file.  A batch whose CRC matches but whose records do not
+    decode is corruption wherever it is."""
     if not seg.is_last:
         return False
     if isinstance(err, rec.TornBatchError):
@@ -165,17 +164,20 @@ def _is_torn_tail(seg: SegmentFile, err: rec.RecordsError) -> bool:
         return False
     try:
         with open(seg.path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
             f.seek(err.position)
-            tail = f.read(min(size - err.position, 1 << 20))
+            tail = f.read()
     except OSError:
         return False
-    if size - err.position <= len(tail) and not tail.strip(b"\x00"):
-        return True  # zero bytes after the last batch (preallocated or a lost write)
-    if len(tail) < 12:
-        return True
+    if tail.count(0) == len(tail):
+        return True  # zero bytes after the last batch (preallocated space, a lost write)
     length = int.from_bytes(tail[8:12], "big", signed=True)
-    return err.position + 12 + length == size
+    if 12 + length != len(tail):
+        return False  # more bytes follow the bad batch
+    try:
+        rec.read_header(tail, 0)
+    except rec.RecordsError:
+        return True
+    return False
 
 
 def _member_row(m: schema.MemberMetadata, consumer: bool) -> dict[str, Any]:
@@ -304,9 +306,13 @@ def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[p
     decode_key = schema.decode_key
     offset_key, group_key = schema.OffsetCommitKey, schema.GroupMetadataKey
     try:
+        expected = sbase
         for batch in rec.iter_file_batches(seg.path):
             h = batch.header
             boff, pid, txn = h.base_offset, h.producer_id, h.is_transactional
+            if boff < expected:  # the base offset is outside the CRC: the broker checks the order
+                raise rec.CorruptBatchError(f"batch base offset {boff} is below the expected {expected}", h.position)
+            expected = h.next_offset
             if h.is_control:
                 for r in batch.records:
                     common = (broker, lp, sbase, r.offset, boff, r.timestamp, pid, txn, r.value is None)
@@ -428,6 +434,30 @@ def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[p
 def decode_segments(segs: Iterable[SegmentFile], batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     for seg in segs:
         yield from decode_segment(seg, batch_rows)
+
+
+def check_order(segments: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Segment rows (``kind == "segment"``) with what only the whole partition shows: offsets
+    must not go backwards from one segment to the next (coordinator/log/segments.py
+    ``recover_partition``: an overlapping segment or a batch below the expected offset stops the
+    broker).  Such a segment is marked ``corrupt`` with no valid bytes (its records were decoded but
+    none is trusted); rows are returned in (broker, partition, base) order."""
+    out = sorted((dict(r) for r in segments), key=lambda r: (r["broker"], r["log_partition"], r["segment_base"]))
+    prev: tuple[str, int] | None = None
+    next_offset = 0
+    for r in out:
+        if (r["broker"], r["log_partition"]) != prev:
+            prev, next_offset = (r["broker"], r["log_partition"]), 0
+        if r["status"] in (STATUS_OK, "torn"):
+            base, first = r["segment_base"], r["first_offset"]
+            if base < next_offset:
+                r["status"], r["valid_bytes"] = "corrupt", 0
+                r["error"] = f"segment base offset {base} overlaps the previous segment (ends at {next_offset})"
+            elif first is not None and first < max(base, next_offset):
+                r["status"], r["valid_bytes"] = "corrupt", 0
+                r["error"] = f"batch base offset {first} is below the expected {max(base, next_offset)}"
+        next_offset = r["last_offset"] + 1 if r["last_offset"] is not None else max(next_offset, r["segment_base"])
+    return out
 
 
 # --- the mapInArrow side ------------------------------------------------------------------------

@@ -40,10 +40,18 @@ def replay(files: Iterable[SegmentFile]) -> ReplayResult:
     for (broker, lp), segs in sorted(by_partition.items()):
         loaded: dict[Key, tuple[int, schema.OffsetCommitValue]] = {}
         pending: dict[int, dict[Key, tuple[int, schema.OffsetCommitValue | None]]] = {}
+        next_offset = 0  # offsets must not go backwards, across segments too (the broker's recovery)
         for seg in sorted(segs, key=lambda s: s.base_offset):
+            if seg.base_offset < next_offset:
+                damaged += 1
+                break
+            expected = next_offset = seg.base_offset
             try:
                 for batch in rec.iter_file_batches(seg.path):
                     h = batch.header
+                    if h.base_offset < expected:  # offsets going backwards: corruption (outside the CRC)
+                        raise rec.CorruptBatchError(f"batch base offset {h.base_offset} < {expected}", h.position)
+                    expected = next_offset = h.next_offset
                     records += len(batch.records)
                     if h.is_control:
                         staged = pending.pop(h.producer_id, {})

@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, Window
 from pyspark.sql import functions as F
 
+from pipeline.decode import KIND_COLUMNS, check_order
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+SEGMENT_COLUMNS = list(KIND_COLUMNS["segment"])
 # Columns identifying one record in the whole input.
 REC = ["broker", "log_partition", "log_offset"]
 GROUP = ["broker", "group"]
@@ -41,7 +44,13 @@ REASONS = (
 
 
 def segments(decoded: DataFrame) -> DataFrame:
-    return decoded.where(F.col("kind") == "segment").select(
+    """One row per segment file.  The rows are few (one per file): they are checked in the driver
+    with :func:`pipeline.decode.check_order` (offsets must not go backwards across segments)."""
+    seg_rows = [r.asDict() for r in decoded.where(F.col("kind") == "segment").select(*SEGMENT_COLUMNS).collect()]
+    checked = check_order(seg_rows)
+    spark = decoded.sparkSession
+    df = spark.createDataFrame(checked, schema=decoded.select(*SEGMENT_COLUMNS).schema)
+    return df.select(
         "broker",
         "log_partition",
         F.col("segment_base").alias("base_offset"),
@@ -143,18 +152,32 @@ def commits(offset_recs: DataFrame) -> DataFrame:
     )
 
 
-def trusted(decoded: DataFrame) -> DataFrame:
-    """The records a log recovery keeps: per partition, everything before its first damaged batch
-    (a damaged segment's records before the damage are kept; later segments are not)."""
+def trusted(decoded: DataFrame, segs: DataFrame) -> DataFrame:
+    """The records a log recovery keeps: per partition, everything before its first damaged batch.
+    ``segs`` is the :func:`segments` table: in the first damaged segment of a partition the records
+    decoded before the damage are kept (none when it has no valid bytes, e.g. offsets overlapping
+    the previous segment); later segments are not."""
+    w = Window.partitionBy("broker", "log_partition").orderBy("base_offset")
     damage = (
-        decoded.where((F.col("kind") == "segment") & (F.col("status") != "ok"))
-        .groupBy("broker", "log_partition")
-        .agg(F.min("segment_base").alias("_damaged_from"))
+        segs.where(F.col("status") != "ok")
+        .withColumn("_rn", F.row_number().over(w))
+        .where(F.col("_rn") == 1)
+        .select(
+            "broker",
+            "log_partition",
+            F.col("base_offset").alias("_cut"),
+            (F.col("valid_bytes") > 0).alias("_cut_keeps_prefix"),
+        )
+    )
+    keep = (
+        F.col("_cut").isNull()
+        | (F.col("segment_base") < F.col("_cut"))
+        | ((F.col("segment_base") == F.col("_cut")) & F.col("_cut_keeps_prefix"))
     )
     return (
         decoded.join(F.broadcast(damage), on=["broker", "log_partition"], how="left")
-        .where(F.col("_damaged_from").isNull() | (F.col("segment_base") <= F.col("_damaged_from")))
-        .drop("_damaged_from")
+        .where(keep)
+        .drop("_cut", "_cut_keeps_prefix")
     )
 
 
@@ -485,7 +508,8 @@ def build(decoded: DataFrame, materialize: Callable[[str, DataFrame], DataFrame]
     t: dict[str, DataFrame] = {}
     t["segments"] = materialize("segments", segments(decoded))
     t["commits"] = materialize("commits", commits(offset_records(decoded, txn)))
-    t["offsets_latest"] = materialize("offsets_latest", offsets_latest(offset_records(trusted(decoded), txn), txn))
+    kept = trusted(decoded, t["segments"])
+    t["offsets_latest"] = materialize("offsets_latest", offsets_latest(offset_records(kept, txn), txn))
     t["tombstones"] = materialize("tombstones", tombstones(decoded))
     t["generations"] = materialize("generations", generations(decoded))
     t["group_summary"] = materialize(

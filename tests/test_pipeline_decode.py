@@ -7,6 +7,7 @@ a replay must produce; damaged segments are counted, never raised.
 from __future__ import annotations
 
 import os
+import random
 import struct
 from pathlib import Path
 
@@ -14,8 +15,10 @@ import pyarrow as pa
 import pytest
 
 from coordinator.log.recovery import replay_partition
+from coordinator.log.segments import CorruptLogError
 from pipeline import decode, replay, synth
 from protocol import offsets_schema as schema
+from protocol import records as rec
 
 
 def rows(seg: decode.SegmentFile) -> list[dict[str, object]]:
@@ -265,3 +268,64 @@ def test_decode_never_raises_on_random_damage(tmp_path: Path) -> None:
         statuses.add(s["status"])
         assert s["valid_bytes"] <= len(data)
     assert statuses & {"corrupt", "torn"}
+
+
+def test_a_final_batch_with_a_good_crc_but_bad_records_is_corrupt(tmp_path: Path) -> None:
+    """Not a torn write (the CRC matches): the broker refuses it, so it is corruption."""
+    from crc32c import crc32c
+
+    seg, ends = _log_with_three_batches(tmp_path)
+    data = bytearray(Path(seg.path).read_bytes())
+    last = ends[1]
+    count = int.from_bytes(data[last + 57 : last + 61], "big") + 1  # one record more than there is
+    data[last + 57 : last + 61] = count.to_bytes(4, "big")
+    data[last + 17 : last + 21] = crc32c(bytes(data[last + 21 :])).to_bytes(4, "big")
+    Path(seg.path).write_bytes(bytes(data))
+    s = rows(seg)[-1]
+    assert (s["status"], s["batches"]) == ("corrupt", 2)
+    with pytest.raises(CorruptLogError):
+        replay_partition(tmp_path / "__consumer_offsets-0", 0, repair=False)
+
+
+def _damage(rng: random.Random, segs: list[Path]) -> str:
+    how = rng.choice(["flip", "flip-offset", "cut", "zeros", "garbage"])
+    last = segs[-1]
+    if how == "flip":
+        p = rng.choice(segs)
+        synth.flip_byte(p, rng.randrange(p.stat().st_size))
+    elif how == "flip-offset":  # inside a batch's base offset: not covered by its CRC
+        p = rng.choice(segs)
+        starts = [h.position for h in rec.scan_batches(p.read_bytes())]
+        synth.flip_byte(p, rng.choice(starts) + rng.randrange(4, 8))
+    elif how == "cut":
+        synth.tear_tail(last, rng.randrange(1, 200))
+    elif how == "zeros":
+        with open(last, "ab") as f:
+            f.write(b"\x00" * rng.randrange(1, 300))
+    else:
+        with open(last, "ab") as f:
+            f.write(rng.randbytes(rng.randrange(1, 300)))
+    return how
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_damage_verdicts_match_the_broker_recovery(tmp_path: Path, seed: int) -> None:
+    """torn <=> the broker truncates and starts; corrupt/unsupported <=> it refuses to start; and
+    when it starts, the replay equals what it loaded."""
+    rng = random.Random(seed)
+    synth.generate(tmp_path, synth.SynthConfig(seed=seed, events=150, log_partitions=1, segment_bytes=4096))
+    pdir = tmp_path / "__consumer_offsets-0"
+    segs = sorted(pdir.glob("*.log"))
+    assert len(segs) >= 2
+    how = _damage(rng, segs)
+    files = decode.find_segments("b", tmp_path)
+    statuses = [r["status"] for r in decode.check_order([rows(f)[-1] for f in files])]
+    try:
+        rp = replay_partition(pdir, 0, repair=False)
+    except CorruptLogError:
+        assert set(statuses) & {"corrupt", "unsupported"}, (how, statuses)
+        return
+    assert not set(statuses) & {"corrupt", "unsupported", "unreadable"}, (how, statuses)
+    assert ("torn" in statuses) == bool(rp.report.truncated), (how, statuses, rp.report.truncated)
+    loaded = {(0, k.group, k.topic, k.partition): v.offset for k, v in rp.state.offsets.items()}
+    assert _replayed(tmp_path) == loaded, how

@@ -20,6 +20,7 @@ import pytest
 from coordinator.log.recovery import replay_partition
 from pipeline import decode, job, replay, synth
 from protocol import offsets_schema as schema
+from protocol import records as rec
 
 pytestmark = pytest.mark.spark
 
@@ -83,6 +84,14 @@ def write_crafted(data_dir: Path) -> None:
     put(off("g-simple", "u", 3, 333, T0 + 600), 600)
     put((struct.pack(">h", 5) + b"kip-848 record", b"\x00\x00"), 700)  # unknown key version
     put((schema.encode_key(schema.OffsetCommitKey("g-bad", "t", 0)), b"\x00\x03"), 800)  # undecodable value
+
+    # partition 1: a second segment whose offsets overlap the first one's (the broker refuses to
+    # start; the pipeline marks it corrupt and loads the partition up to it)
+    p1 = data_dir / "__consumer_offsets-1"
+    p1.mkdir()
+    first = [rec.Record(i, T0, *off("g-overlap", "t", i, i + 1)) for i in range(3)]
+    (p1 / f"{0:020d}.log").write_bytes(rec.encode_batch(first))
+    (p1 / f"{1:020d}.log").write_bytes(rec.encode_batch([rec.Record(1, T0, *off("g-overlap", "t", 0, 999))]))
 
 
 @pytest.fixture(scope="module")
@@ -161,8 +170,11 @@ def test_offsets_latest_equals_the_plain_python_replay(scenario: Scenario) -> No
 def test_offsets_latest_equals_what_the_broker_loads(scenario: Scenario) -> None:
     b1, _ = broker_load(scenario.dirs["b1"])  # transactions included
     assert latest_of(scenario, "b1") == b1 and len(b1) > 20
-    crafted, _ = broker_load(scenario.dirs["crafted"])
-    assert latest_of(scenario, "crafted") == crafted == {(0, "g-reasons", "t", 0): 99, (0, "g-simple", "u", 3): 333}
+    crafted, _ = broker_load(scenario.dirs["crafted"], [0])  # (partition 1 stops the broker)
+    assert {k: v for k, v in latest_of(scenario, "crafted").items() if k[0] == 0} == crafted
+    assert crafted == {(0, "g-reasons", "t", 0): 99, (0, "g-simple", "u", 3): 333}
+    overlap = {k: v for k, v in latest_of(scenario, "crafted").items() if k[0] == 1}
+    assert overlap == {(1, "g-overlap", "t", 0): 1, (1, "g-overlap", "t", 1): 2, (1, "g-overlap", "t", 2): 3}
     # b2 partition 0 has a torn tail (the broker truncates it); partition 1 a corrupt segment
     # (the broker refuses to start; the pipeline keeps what precedes the damage)
     torn_ok, _ = broker_load(scenario.dirs["b2"], [0, 2])
@@ -194,11 +206,13 @@ def test_offsets_latest_columns(scenario: Scenario) -> None:
 def test_damaged_segments_are_counted_not_fatal(scenario: Scenario) -> None:
     segs = scenario.table("segments")
     damaged = sorted((s["broker"], s["log_partition"], s["status"]) for s in segs if s["status"] != "ok")
-    assert damaged == [("b2", 0, "torn"), ("b2", 1, "corrupt")]
-    corrupt = next(s for s in segs if s["status"] == "corrupt")
+    assert damaged == [("b2", 0, "torn"), ("b2", 1, "corrupt"), ("crafted", 1, "corrupt")]
+    corrupt = next(s for s in segs if s["status"] == "corrupt" and s["broker"] == "b2")
     assert "CRC mismatch" in corrupt["error"] and corrupt["unread_bytes"] > 0
-    assert scenario.counters["damaged_segments"] == 2
-    crafted = [s for s in segs if s["broker"] == "crafted"]
+    overlap = next(s for s in segs if s["status"] == "corrupt" and s["broker"] == "crafted")
+    assert overlap["base_offset"] == 1 and "overlaps the previous segment" in overlap["error"]
+    assert scenario.counters["damaged_segments"] == 3
+    crafted = [s for s in segs if s["broker"] == "crafted" and s["log_partition"] == 0]
     assert [(s["bad_records"], s["other_records"]) for s in crafted] == [(1, 1)]
     assert scenario.counters["bad_records"] == 1
     assert scenario.counters["segments"] == len(segs)
@@ -215,7 +229,11 @@ def test_commits_hold_every_commit_record(scenario: Scenario) -> None:
     assert {c["txn_result"] for c in b1} == {None, "committed", "aborted", "pending"}
     assert {c["value_version"] for c in b1} == {1, 3}  # v1 carries an expire timestamp
     assert all((c["value_version"] == 1) == (c["expire_timestamp"] is not None) for c in b1)
-    crafted = sorted((c["group"], c["topic"], c["partition"], c["offset"]) for c in commits if c["broker"] == "crafted")
+    crafted = sorted(
+        (c["group"], c["topic"], c["partition"], c["offset"])
+        for c in commits
+        if c["broker"] == "crafted" and c["log_partition"] == 0
+    )
     assert crafted == [
         ("g-dead", "t", 0, 5),
         ("g-reasons", "t", 0, 10),
