@@ -611,3 +611,34 @@ def test_sigkill_mid_commit_storm_keeps_every_acknowledged_commit(tmp_path: Path
             recovered[key.partition] = value.offset
     missing = {c: (n, recovered.get(c)) for c, n in acked.items() if recovered.get(c, 0) < n}
     assert not missing, f"acknowledged commits lost: {missing}"
+
+
+async def test_log_order_is_call_order_without_waiting(tmp_path: Path) -> None:
+    """The groups runtime may start appends without awaiting the previous one: the log keeps
+    the order of the calls (and group commit can batch them)."""
+    log = make_log(tmp_path, num_partitions=1)
+    await log.start()
+    tasks = [asyncio.ensure_future(log.append(0, [commit("g", f"t{i}", 0, i)])) for i in range(100)]
+    await asyncio.gather(*tasks)
+    rounds = log.rounds
+    await log.stop()
+    topics = [decode_key(r.key or b"").topic for b in iter_file_batches(_segment(tmp_path)) for r in b.records]  # type: ignore[union-attr]
+    assert topics == [f"t{i}" for i in range(100)]
+    assert rounds < 10
+
+
+async def test_persist_error_codes(tmp_path: Path) -> None:
+    from protocol.errors import ErrorCode
+
+    log = make_log(tmp_path, num_partitions=1)
+    await log.start()
+    with pytest.raises(PersistError) as ei:
+        await log.append(5, [commit("g", "t", 0, 1)])
+    assert ei.value.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    with pytest.raises(PersistError) as ei:
+        await log.append(0, [(OffsetCommitKey("g", "t", 0), OffsetCommitValue(1, "x" * 40000, 0))])
+    assert ei.value.error == ErrorCode.UNKNOWN_SERVER_ERROR
+    await log.stop()
+    with pytest.raises(PersistError) as ei:
+        await log.append(0, [commit("g", "t", 0, 1)])
+    assert ei.value.error == ErrorCode.KAFKA_STORAGE_ERROR

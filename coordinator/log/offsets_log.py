@@ -39,6 +39,7 @@ from typing import Any
 from coordinator.clock import Clock, SystemClock
 from coordinator.groups.persist import PersistError
 from coordinator.logs import get as get_logger
+from protocol.errors import ErrorCode
 from protocol.offsets_schema import (
     GroupMetadataValue,
     Key,
@@ -297,11 +298,22 @@ class OffsetsLog:
 
     async def append(self, partition: int, records: Sequence[tuple[Key, Value | None]]) -> None:
         """Append ``records`` as one batch to ``__consumer_offsets-<partition>``; returns once
-        written (and fsynced when flush=always).  Raises PersistError on failure."""
+        written (and fsynced when flush=always).  Raises PersistError on failure.
+
+        Order: batches reach the log in the order ``append`` was *called* per partition (the
+        batch is queued before the first ``await``), so callers need not wait for one append
+        before starting the next — and should not, or group commit cannot batch them.
+        PersistError.error is KAFKA_STORAGE_ERROR for I/O failures (the log layer's error),
+        UNKNOWN_TOPIC_OR_PARTITION for a partition outside the topic, UNKNOWN_SERVER_ERROR for
+        records that cannot be encoded.
+        """
         if not self._started or self._stopping:
             raise PersistError("the offsets log is not running")
         if not 0 <= partition < self.num_partitions:
-            raise PersistError(f"no __consumer_offsets partition {partition} (there are {self.num_partitions})")
+            raise PersistError(
+                f"no __consumer_offsets partition {partition} (there are {self.num_partitions})",
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            )
         if not records:
             return
         part = self._parts[partition]
@@ -310,7 +322,8 @@ class OffsetsLog:
         try:
             entries = [encode_record(k, v) for k, v in records]
         except (OffsetsSchemaError, AttributeError, TypeError) as e:
-            raise PersistError(f"cannot encode records: {e}") from e
+            # Kafka's record serializer throws too (e.g. a string over 32767 bytes): an unknown error
+            raise PersistError(f"cannot encode records: {e}", ErrorCode.UNKNOWN_SERVER_ERROR) from e
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         part.queue.append(_Pending(entries, self.clock.now_ms(), fut))
         part.wake.set()
