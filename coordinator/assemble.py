@@ -10,5 +10,6 @@ from .log import OffsetsLog
 
 def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     broker = Broker(cfg, clock)
+    broker.add_component("topics", broker.topics)
     broker.add_component("offsets_log", OffsetsLog.from_broker(broker))  # after "groups": start() loads into it
     return broker

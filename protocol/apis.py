@@ -28,6 +28,14 @@ SERVED_APIS: Final[dict[int, ApiRange]] = {
     for a in (
         ApiRange(18, "ApiVersions", 0, 4),
         ApiRange(3, "Metadata", 0, 13),
+        ApiRange(0, "Produce", 3, 13),
+        ApiRange(1, "Fetch", 4, 18),
+        ApiRange(2, "ListOffsets", 1, 11),
+        ApiRange(19, "CreateTopics", 2, 7),
+        ApiRange(20, "DeleteTopics", 1, 6),
+        ApiRange(22, "InitProducerId", 0, 6),
+        ApiRange(23, "OffsetForLeaderEpoch", 2, 4),
+        ApiRange(37, "CreatePartitions", 0, 3),
     )
 }
 

@@ -19,6 +19,14 @@ Handler = Callable[[Any, Any], Awaitable[Mapping[str, Any] | None]]
 MODULES: dict[int, str] = {
     18: "api_versions",
     3: "metadata",
+    0: "produce",
+    1: "fetch",
+    2: "list_offsets",
+    19: "create_topics",
+    20: "delete_topics",
+    22: "init_producer_id",
+    23: "offset_for_leader_epoch",
+    37: "create_partitions",
 }
 
 
