@@ -132,11 +132,14 @@ def test_dump_unknown_keys_torn_tail_and_bad_paths(tmp_path: Path) -> None:
 def test_broker_creates_the_partition_directories(broker_factory: Callable[..., BrokerProcess]) -> None:
     b = broker_factory(config={"offsets.topic.num.partitions": "7"})
     assert b.stop() == 0
-    names = sorted(p.name for p in b.data_dir.iterdir() if p.name.startswith("__consumer_offsets"))
+    names = sorted(p.name for p in b.data_dir.iterdir() if p.name.startswith("__consumer_offsets-"))
     assert names == sorted(f"__consumer_offsets-{n}" for n in range(7))
     recovered = [e for e in b.events("offsets_log.recovered")]
     assert recovered and recovered[0]["partitions"] == 7
     b.start()  # restarts on the same directories
+    other = BrokerProcess(data_dir=b.data_dir, config={"offsets.topic.num.partitions": "7"})
+    with pytest.raises(RuntimeError, match="another rallypoint process is using the data directory"):
+        other.start()  # a second broker on the same data directory is refused
     assert b.stop() == 0
 
 

@@ -109,7 +109,7 @@ async def test_append_then_restart_loads_every_partition(tmp_path: Path) -> None
     finally:
         await log2.stop()
     names = sorted(p.name for p in (tmp_path).iterdir())
-    assert names == ["__consumer_offsets-0", "__consumer_offsets-1", "__consumer_offsets-2"]
+    assert names == ["__consumer_offsets-0", "__consumer_offsets-1", "__consumer_offsets-2", "__consumer_offsets.lock"]
     assert [p.name for _b, p in list_segments(partition_dir(tmp_path, 0))] == ["00000000000000000000.log"]
 
 
@@ -642,3 +642,20 @@ async def test_persist_error_codes(tmp_path: Path) -> None:
     with pytest.raises(PersistError) as ei:
         await log.append(0, [commit("g", "t", 0, 1)])
     assert ei.value.error == ErrorCode.KAFKA_STORAGE_ERROR
+
+
+async def test_a_second_log_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    from coordinator.log.errors import OffsetsLogStartError
+
+    first = make_log(tmp_path)
+    await first.start()
+    second = make_log(tmp_path)
+    with pytest.raises(OffsetsLogStartError, match="another rallypoint process"):
+        await second.start()
+    await first.stop()
+    await second.start()  # released on stop
+    await second.append(0, [commit("g", "t", 0, 1)])
+    await second.stop()
+    await second.start()  # the same object restarts cleanly
+    assert second.next_offset(0) == 1
+    await second.stop()
