@@ -19,6 +19,17 @@ Handler = Callable[[Any, Any], Awaitable[Mapping[str, Any] | None]]
 MODULES: dict[int, str] = {
     18: "api_versions",
     3: "metadata",
+    8: "offset_commit",
+    9: "offset_fetch",
+    10: "find_coordinator",
+    11: "join_group",
+    12: "heartbeat",
+    13: "leave_group",
+    14: "sync_group",
+    15: "describe_groups",
+    16: "list_groups",
+    42: "delete_groups",
+    47: "offset_delete",
 }
 
 
