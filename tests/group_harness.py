@@ -202,9 +202,7 @@ class Harness:
         res = self.responses[token]
         return {(t.name, p): ErrorCode(e) for t in res.topics for p, e in t.partitions}
 
-    def fetch(
-        self, group: str, topics: dict[str, list[int]] | None = None, *, require_stable: bool = False
-    ) -> int:
+    def fetch(self, group: str, topics: dict[str, list[int]] | None = None, *, require_stable: bool = False) -> int:
         t = self.token()
         tps = None if topics is None else tuple((n, tuple(ps)) for n, ps in topics.items())
         self.apply(self.m.fetch_offsets(t, FetchRequest((FetchGroupRequest(group, tps),), require_stable), self.now))
@@ -212,7 +210,9 @@ class Harness:
 
     def fetched(self, token: int) -> dict[tuple[str, int], tuple[int, str, ErrorCode]]:
         (g,) = self.responses[token].groups
-        return {(t.name, p.partition): (p.offset, p.metadata, ErrorCode(p.error)) for t in g.topics for p in t.partitions}
+        return {
+            (t.name, p.partition): (p.offset, p.metadata, ErrorCode(p.error)) for t in g.topics for p in t.partitions
+        }
 
     def describe(self, *groups: str, version: int = 5) -> Any:
         t = self.token()
@@ -240,9 +240,7 @@ class Harness:
         assert r.error == E.MEMBER_ID_REQUIRED, r
         return self.join(group, r.member_id, version=version, **kw), r.member_id
 
-    def stable_group(
-        self, n: int, group: str = "g", *, assign: bool = True, **kw: Any
-    ) -> tuple[list[str], str, int]:
+    def stable_group(self, n: int, group: str = "g", *, assign: bool = True, **kw: Any) -> tuple[list[str], str, int]:
         """n dynamic members in one Stable generation: (member ids, leader id, generation)."""
         tokens = []
         for _ in range(n):

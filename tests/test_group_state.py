@@ -123,7 +123,7 @@ def test_f1_java_rule_initial_delay_applies_to_every_rebalance_from_empty() -> N
     """previousState == EMPTY (Java), not generation == 0 (Scala): after the group went Empty
     in generation 2, a new first member waits D again and newcomers extend it."""
     x = h(initial_rebalance_delay_ms=3000)
-    ids, leader, gen = x.stable_group(1)
+    ids, _leader, _gen = x.stable_group(1)
     x.leave("g", (ids[0], None))  # the last member leaves: the join completes at once, Empty
     assert x.state() == S.EMPTY and x.m.groups["g"].generation == 2
     t0, _ = x.join_dynamic()
@@ -188,7 +188,7 @@ def test_f2_pending_members_block_early_join_completion() -> None:
 
 def test_f2_expiry_of_the_pending_member_completes_the_join() -> None:
     x = h()
-    ids, leader, gen = x.stable_group(1)
+    _ids, leader, gen = x.stable_group(1)
     x.join(session=8000)  # pending
     t = x.join(member_id=leader)
     assert not x.answered(t)
@@ -201,7 +201,7 @@ def test_f2_expiry_of_the_pending_member_completes_the_join() -> None:
 
 def test_f3_leader_join_in_stable_always_rebalances() -> None:
     x = h()
-    ids, leader, gen = x.stable_group(2)
+    _ids, leader, _gen = x.stable_group(2)
     t = x.join(member_id=leader)
     assert x.state() == S.PREPARING_REBALANCE and not x.answered(t)
 
@@ -225,7 +225,7 @@ def test_f3_follower_with_identical_metadata_gets_current_generation() -> None:
 )
 def test_f3_follower_with_changed_metadata_rebalances(protocols: tuple[tuple[str, bytes], ...]) -> None:
     x = h()
-    ids, leader, gen = x.stable_group(2, protocols=(("range", META), ("roundrobin", META)))
+    ids, leader, _gen = x.stable_group(2, protocols=(("range", META), ("roundrobin", META)))
     follower = next(i for i in ids if i != leader)
     same = x.result(x.join(member_id=follower, protocols=(("range", META), ("roundrobin", META))))
     assert same.error == E.NONE and x.state() == S.STABLE
@@ -236,8 +236,8 @@ def test_f3_follower_with_changed_metadata_rebalances(protocols: tuple[tuple[str
 
 def test_f3_changed_metadata_in_completing_rebalance_rebalances_same_metadata_does_not() -> None:
     x = h()
-    t1, m1 = x.join_dynamic()
-    t2, m2 = x.join_dynamic()
+    t1, _m1 = x.join_dynamic()
+    _t2, m2 = x.join_dynamic()
     x.advance(0)
     gen = x.result(t1).generation_id
     assert x.state() == S.COMPLETING_REBALANCE
@@ -267,7 +267,7 @@ def test_f4_protocol_is_chosen_by_vote_not_by_the_leader() -> None:
 def test_f4_only_protocols_common_to_all_members_are_candidates() -> None:
     x = h()
     t1, _ = x.join_dynamic(protocols=(("sticky", META), ("range", META)))
-    t2, _ = x.join_dynamic(protocols=(("cooperative-sticky", META), ("range", META)))
+    _t2, _ = x.join_dynamic(protocols=(("cooperative-sticky", META), ("range", META)))
     x.advance(0)
     assert x.result(t1).protocol_name == "range"
     # a member with nothing in common is refused
@@ -298,7 +298,7 @@ def test_leader_metadata_is_relayed_byte_exact() -> None:
 
 def test_f5_generation_increments_when_the_rebalance_ends_empty_and_a_record_is_written() -> None:
     x = h()
-    ids, leader, gen = x.stable_group(2)
+    ids, _leader, gen = x.stable_group(2)
     x.leave("g", (ids[0], None), (ids[1], None))
     x.advance(0)
     g = x.m.groups["g"]
@@ -378,7 +378,7 @@ def test_f6_late_sync_in_stable_returns_the_stored_assignment() -> None:
 
 def test_f6_v5_requires_protocol_type_and_name() -> None:
     x = h()
-    ids, leader, gen = x.stable_group(1)
+    _ids, leader, gen = x.stable_group(1)
     assert x.result(x.sync("g", leader, gen, version=5)).error == E.INCONSISTENT_GROUP_PROTOCOL
     assert x.result(x.sync("g", leader, gen, version=5, protocol_type="consumer")).error == (
         E.INCONSISTENT_GROUP_PROTOCOL
@@ -505,7 +505,7 @@ def test_f7_session_expiry_removes_a_silent_member_and_rebalances() -> None:
 
 def test_f7_members_awaiting_join_are_alive_new_joiners_use_five_minutes() -> None:
     x = h()
-    ids, leader, gen = x.stable_group(2, session=10_000, rebalance=600_000)
+    ids, leader, _gen = x.stable_group(2, session=10_000, rebalance=600_000)
     t_leader = x.join(member_id=leader, session=10_000, rebalance=600_000)  # parked, awaiting join
     t_new, new_id = x.join_dynamic(session=10_000, rebalance=600_000)
     x.advance(10_000)  # sessions: the leader is awaiting join (alive); follower silent
@@ -521,7 +521,7 @@ def test_f7_members_awaiting_join_are_alive_new_joiners_use_five_minutes() -> No
 
 def test_f7_new_member_join_timeout_expires_a_parked_new_member() -> None:
     x = h()
-    ids, leader, gen = x.stable_group(1, session=10_000, rebalance=900_000)
+    _ids, leader, gen = x.stable_group(1, session=10_000, rebalance=900_000)
     t_new = x.join(version=3, session=10_000, rebalance=900_000)  # v3: added at once, parked, new
     assert x.state() == S.PREPARING_REBALANCE
     # the old member keeps heartbeating but never rejoins; the join phase waits 900 s
@@ -539,7 +539,7 @@ def test_f7_new_member_join_timeout_expires_a_parked_new_member() -> None:
 def test_f7_sync_parked_member_is_alive_and_sessions_rearm_after_propagation() -> None:
     x = h()
     t1, m1 = x.join_dynamic(session=10_000)
-    t2, m2 = x.join_dynamic(session=10_000)
+    _t2, m2 = x.join_dynamic(session=10_000)
     x.advance(0)
     leader = x.result(t1).leader
     follower = m2 if leader == m1 else m1
@@ -610,7 +610,7 @@ def test_f8_old_leader_id_before_v9_skip_assignment_from_v9() -> None:
 
 def test_f8_old_members_parked_join_gets_fenced() -> None:
     x = h()
-    ids, leader, gen = static_group(x)
+    ids, leader, _gen = static_group(x)
     t_old = x.join(member_id=leader, instance="i0" if leader == ids[0] else "i1")  # leader rejoin: parked
     assert x.state() == S.PREPARING_REBALANCE and not x.answered(t_old)
     x.join(instance="i0" if leader == ids[0] else "i1")  # the same instance restarted
@@ -631,16 +631,14 @@ def test_f8_static_rejoin_in_completing_rebalance_forces_a_rebalance() -> None:
 
 def test_f8_static_rejoin_with_protocol_change_rebalances() -> None:
     x = h()
-    ids, leader, gen = static_group(x)
+    ids, leader, _gen = static_group(x)
     follower_inst = "i1" if leader == ids[0] else "i0"
     r = x.result(x.join(instance=follower_inst, protocols=(("roundrobin", META), ("range", META))))
     assert r.error == E.NONE and x.state() == S.STABLE  # only range is common: still selected
     x2 = h()
     static_group(x2, n=1)
     # a protocol the group does not support at all is refused before any replacement
-    assert x2.result(x2.join(instance="i0", protocols=(("roundrobin", META),))).error == (
-        E.INCONSISTENT_GROUP_PROTOCOL
-    )
+    assert x2.result(x2.join(instance="i0", protocols=(("roundrobin", META),))).error == (E.INCONSISTENT_GROUP_PROTOCOL)
     # the only member now prefers roundrobin: the selected protocol would change -> rebalance
     r2 = x2.result(x2.join(instance="i0", protocols=(("roundrobin", META), ("range", META))))
     # (its own join is the only one awaited, so the new generation completes at once)
@@ -663,7 +661,7 @@ def test_f8_static_members_survive_join_completion_without_rejoining() -> None:
 
 def test_f8_static_replacement_persist_failure_reverts() -> None:
     x = h()
-    ids, leader, gen = static_group(x)
+    ids, leader, _gen = static_group(x)
     follower = ids[1] if ids[0] == leader else ids[0]
     fi = "i1" if follower == ids[1] else "i0"
     x.fail_persists_with = E.NOT_ENOUGH_REPLICAS
@@ -675,7 +673,7 @@ def test_f8_static_replacement_persist_failure_reverts() -> None:
 
 def test_f8_leave_group_v3_removes_a_static_member_by_instance_id() -> None:
     x = h()
-    ids, leader, gen = static_group(x)
+    _ids, _leader, _gen = static_group(x)
     res = x.leave("g", ("", "i1"), ("", "nobody"))
     assert [(m.member_id, m.group_instance_id, m.error) for m in res.members] == [
         ("", "i1", E.NONE),
@@ -687,7 +685,7 @@ def test_f8_leave_group_v3_removes_a_static_member_by_instance_id() -> None:
 
 def test_static_member_rejoining_with_known_id_and_wrong_instance() -> None:
     x = h()
-    ids, leader, gen = static_group(x)
+    ids, _leader, _gen = static_group(x)
     assert x.result(x.join(member_id=ids[0], instance="unknown")).error == E.UNKNOWN_MEMBER_ID
     assert x.result(x.join(member_id="someone-else", instance="i0")).error == E.FENCED_INSTANCE_ID
 
@@ -699,7 +697,7 @@ def test_leave_group_errors_and_rebalance() -> None:
     x = h()
     res = x.leave("nope", ("m", None))
     assert res.error == E.NONE and res.members[0].error == E.UNKNOWN_MEMBER_ID
-    ids, leader, gen = x.stable_group(3)
+    ids, _leader, _gen = x.stable_group(3)
     res = x.leave("g", (ids[2], None), ("stranger", None))
     assert [m.error for m in res.members] == [E.NONE, E.UNKNOWN_MEMBER_ID]
     assert x.state() == S.PREPARING_REBALANCE
@@ -717,8 +715,8 @@ def test_leave_of_the_last_missing_member_completes_the_join() -> None:
 
 def test_leave_while_completing_rebalance_rebalances() -> None:
     x = h()
-    t1, m1 = x.join_dynamic()
-    t2, m2 = x.join_dynamic()
+    _t1, _m1 = x.join_dynamic()
+    _t2, m2 = x.join_dynamic()
     x.advance(0)
     x.leave("g", (m2, None))
     assert x.transitions_of()[-1] == ("CompletingRebalance", "PreparingRebalance")
@@ -760,7 +758,7 @@ def test_a_static_leader_that_did_not_rejoin_stays_but_a_joined_member_leads() -
 
 def test_rebalance_timeout_removes_dynamic_members_that_did_not_rejoin() -> None:
     x = h()
-    ids, leader, gen = x.stable_group(3, rebalance=20_000, session=60_000)
+    ids, _leader, _gen = x.stable_group(3, rebalance=20_000, session=60_000)
     # a follower changes its subscription (-> rebalance) and is the only one to rejoin
     t = x.join(member_id=ids[1], rebalance=20_000, session=60_000, protocols=(("range", meta_for("b")),))
     x.advance(20_000)
@@ -774,7 +772,7 @@ def test_rebalance_timeout_removes_dynamic_members_that_did_not_rejoin() -> None
 
 def test_group_max_size() -> None:
     x = h(max_size=2)
-    ids, leader, gen = x.stable_group(2)
+    ids, leader, _gen = x.stable_group(2)
     pending = x.result(x.join()).member_id  # MEMBER_ID_REQUIRED is still handed out
     r = x.result(x.join(member_id=pending))
     assert r.error == E.GROUP_MAX_SIZE_REACHED and r.member_id == ""
@@ -796,7 +794,7 @@ def test_join_validation_errors() -> None:
 
 def test_member_of_an_old_generation_rejoining_an_empty_group_is_unknown() -> None:
     x = h()
-    ids, leader, gen = x.stable_group(1)
+    _ids, leader, _gen = x.stable_group(1)
     x.leave("g", (leader, None))
     x.advance(0)
     assert x.state() == S.EMPTY
@@ -816,7 +814,7 @@ def test_describe_unknown_group_is_dead_v5_and_not_found_v6() -> None:
 
 def test_describe_fills_metadata_and_assignments_only_in_stable() -> None:
     x = h()
-    t1, m1 = x.join_dynamic(protocols=(("range", meta_for("a")),))
+    _t1, m1 = x.join_dynamic(protocols=(("range", meta_for("a")),))
     x.advance(0)
     (d,) = x.describe("g").groups
     assert d.state == "CompletingRebalance" and d.protocol_data == ""
@@ -877,7 +875,7 @@ def test_delete_groups_answers_after_the_tombstones_are_written() -> None:
 
 def test_shutdown_answers_parked_requests_not_coordinator() -> None:
     x = h()
-    ids, leader, gen = x.stable_group(2, group="a")
+    _ids, leader, gen = x.stable_group(2, group="a")
     tj = x.join("a", leader)  # parked in PreparingRebalance
     t1, _ = x.join_dynamic("b")
     t2, _ = x.join_dynamic("b")

@@ -648,6 +648,13 @@ class GroupMachine:
             group.supported_protocols[p.name] = group.supported_protocols.get(p.name, 0) + 1
         member.rebalance_timeout_ms = rebalance_timeout_ms
         member.session_timeout_ms = session_timeout_ms
+        if token is not None and member.join_token is not None:
+            # The same member joined again while its JoinGroup is parked (a client retrying on a
+            # new connection).  Kafka silently replaces the callback and never answers the old
+            # request; we answer it so that it does not stay parked forever.
+            self._respond(member.join_token, JoinResult(E.REBALANCE_IN_PROGRESS, member_id=member.member_id))
+            member.join_token = token
+            return
         if token is not None and member.join_token is None:
             group.num_awaiting_join += 1
         elif token is None and member.join_token is not None:
