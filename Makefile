@@ -9,4 +9,4 @@ test:
 	scripts/test $(ARGS)
 
 lint:
-	.venv/bin/ruff check . && .venv/bin/mypy protocol coordinator/groups
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy protocol coordinator/groups

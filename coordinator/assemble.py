@@ -10,5 +10,6 @@ from .groups.runtime import GroupsRuntime
 
 def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     broker = Broker(cfg, clock)
+    broker.add_component("topics", broker.topics)
     broker.add_component("groups", GroupsRuntime(broker))
     return broker

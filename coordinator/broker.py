@@ -8,6 +8,7 @@ in reverse order, on shutdown.
 
 from __future__ import annotations
 
+import inspect
 import os
 import uuid
 from dataclasses import dataclass
@@ -23,9 +24,21 @@ log = get_logger("rallypoint.broker")
 
 
 class Component(Protocol):
+    """A part of the broker with a life cycle.
+
+    Optionally also ``async def begin_shutdown(self) -> None``: called once shutdown starts,
+    before in-flight requests are awaited; answer any request you hold parked (Kafka's
+    coordinator answers NOT_COORDINATOR to pending joins when it unloads a group).
+    """
+
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to close its connection without answering (Kafka's
+    ``closeConnection``, e.g. a failed acks=0 Produce)."""
 
 
 @dataclass
@@ -71,6 +84,9 @@ class Broker:
         self.topics = TopicStore(
             default_partitions=config["num.partitions"],
             auto_create=config["auto.create.topics.enable"],
+            data_dir=self.data_dir,
+            retention_bytes=config["log.retention.bytes"],
+            max_message_bytes=config["message.max.bytes"],
         )
         self.bound_port: int = config["port"]
         self._components: list[Component] = []
@@ -94,6 +110,19 @@ class Broker:
     async def start(self) -> None:
         for c in self._components:
             await c.start()
+
+    async def begin_shutdown(self) -> None:
+        for c in self._components:
+            hook = getattr(c, "begin_shutdown", None)
+            if hook is None:
+                continue
+            try:
+                # sync hooks (the topic store wakes parked fetches) and async ones alike
+                result = hook()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                log.exception("component begin_shutdown failed", component=type(c).__name__)
 
     async def stop(self) -> None:
         for c in reversed(self._components):

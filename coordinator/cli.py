@@ -109,7 +109,19 @@ def _run_subcommand(name: str, argv: list[str]) -> int:
     return func(argv)
 
 
+def _hide_hypothesis() -> None:
+    """Keep kio from importing hypothesis in the broker process.
+
+    kio registers hypothesis strategies for its primitive types at import time whenever
+    hypothesis is installed (it is wherever the test extras are): ~250 ms of start-up spent
+    on test tooling.  A ``None`` entry in ``sys.modules`` makes that optional import fail fast.
+    """
+    if "kio" not in sys.modules:
+        sys.modules.setdefault("hypothesis", None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    _hide_hypothesis()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         return _run_subcommand(argv[0], argv[1:])

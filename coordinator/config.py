@@ -80,6 +80,7 @@ SETTINGS: Final[dict[str, Setting]] = {
         Setting("socket.request.max.bytes", _int_range(1, INT32_MAX), 104857600, "largest request frame"),
         Setting("auto.create.topics.enable", _bool, True, "create topics on Metadata/Produce"),
         Setting("num.partitions", _int_range(1, 100000), 1, "partitions of auto-created topics"),
+        Setting("message.max.bytes", _int_range(0, INT32_MAX), 1048588, "largest record batch a producer may send"),
         Setting("log.retention.bytes", _int_range(-1), 256 * 1024 * 1024, "per-partition bytes kept in memory"),
         Setting("group.initial.rebalance.delay.ms", _int_range(0, INT32_MAX), 0, "initial rebalance delay"),
         Setting("group.min.session.timeout.ms", _int_range(0, INT32_MAX), 6000, "smallest session timeout"),
@@ -149,21 +150,25 @@ _IGNORED_ENV: Final = {
 _ENV_ALIASES: Final = {"KAFKA_LOG_DIRS": "data.dir", "KAFKA_BROKER_ID": "node.id"}
 
 
-def _parse_listener(value: str) -> tuple[str, int | None]:
-    """``PLAINTEXT://host:port[,...]`` → (host, port) of the first listener."""
+def _parse_listener(value: str) -> tuple[str | None, int | None]:
+    """``PLAINTEXT://host:port[,...]`` → (host, port) of the first listener.
+
+    An empty host (``PLAINTEXT://:9092``) leaves the advertised host at its default, as a
+    Kafka listener with an empty host means "this machine".
+    """
     first = value.split(",")[0].strip()
     if "://" in first:
         first = first.split("://", 1)[1]
     if first.startswith("["):  # [ipv6]:port
         host, _, rest = first[1:].partition("]")
         port = rest.lstrip(":")
-    else:
+    elif ":" in first:
         host, _, port = first.rpartition(":")
-        if not host:
-            host, port = port, ""
-    if not host:
-        raise ValueError(f"no host in listener {value!r}")
-    return host, (int(port) if port else None)
+    else:
+        host, port = first, ""
+    if not host and not port:
+        raise ValueError(f"no host or port in listener {value!r}")
+    return (host or None), (int(port) if port else None)
 
 
 def load(overrides: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None) -> Config:
@@ -194,7 +199,7 @@ def load(overrides: Mapping[str, str] | None = None, env: Mapping[str, str] | No
             host, port = _parse_listener(values["advertised.listeners"])
         except ValueError as e:
             raise ConfigError(f"bad advertised.listeners: {e}") from None
-        if "advertised.host" not in raw:
+        if "advertised.host" not in raw and host is not None:
             values["advertised.host"] = host
         if "advertised.port" not in raw and port is not None:
             values["advertised.port"] = port

@@ -26,7 +26,7 @@ from protocol.apis import API_VERSIONS_KEY, served
 from protocol.errors import ErrorCode
 from protocol.framing import FrameError, parse_request_header, peek_api_key_version
 
-from .broker import Broker, RequestContext
+from .broker import Broker, CloseConnection, RequestContext
 from .handlers import load_handlers
 from .handlers.api_versions import unsupported_version_body
 from .logs import get as get_logger
@@ -51,12 +51,17 @@ class Server:
         self._connections: dict[int, tuple[asyncio.Task[None], asyncio.StreamWriter]] = {}
         self._busy: set[int] = set()
         self._closing = False
+        self.shutdown_grace_s = SHUTDOWN_GRACE_S
 
     async def start(self) -> None:
         await self.broker.start()
-        self._server = await asyncio.start_server(
-            self._on_connect, self.host, self.port, reuse_address=True, limit=2**20
-        )
+        try:
+            self._server = await asyncio.start_server(
+                self._on_connect, self.host, self.port, reuse_address=True, limit=2**20
+            )
+        except BaseException:
+            await self.broker.stop()  # components started above (files open) are closed again
+            raise
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         self.broker.bound_port = self.port
@@ -70,23 +75,33 @@ class Server:
         )
 
     async def stop(self) -> None:
-        """Stop accepting, let in-flight requests finish (bounded), close, flush components."""
+        """Stop accepting, answer in-flight requests (bounded), close connections, flush components.
+
+        1. the listening socket closes, so no new connection is accepted;
+        2. idle connections (waiting for a request) are closed at once;
+        3. components are told to stop waiting (``begin_shutdown``): a component holding a
+           request parked (a JoinGroup waiting for a rebalance) answers it now, as Kafka's
+           coordinator answers NOT_COORDINATOR when it unloads a group;
+        4. busy connections get ``shutdown_grace_s`` to send their answer, then are cancelled;
+        5. components stop in reverse order (offsets flushed, files closed).
+        """
         if self._closing:
             return
         self._closing = True
-        log.info("shutting down", connections=len(self._connections))
+        log.info("shutting down", connections=len(self._connections), busy=len(self._busy))
         if self._server is not None:
             self._server.close()
-        # Idle connections (waiting for a request) are closed at once; busy ones get a grace
-        # period to send their answer.
         for cid, (task, _writer) in list(self._connections.items()):
             if cid not in self._busy:
                 task.cancel()
+        await self.broker.begin_shutdown()
         busy = [t for cid, (t, _w) in self._connections.items() if cid in self._busy]
         if busy:
-            _done, pending = await asyncio.wait(busy, timeout=SHUTDOWN_GRACE_S)
+            _done, pending = await asyncio.wait(busy, timeout=self.shutdown_grace_s)
             for t in pending:
                 t.cancel()
+            if pending:
+                log.warning("in-flight requests cancelled at shutdown", count=len(pending))
         remaining = [t for t, _w in self._connections.values()]
         if remaining:
             await asyncio.gather(*remaining, return_exceptions=True)
@@ -145,16 +160,17 @@ class Server:
             except asyncio.IncompleteReadError:
                 log.warning("closing connection: truncated frame", connection=cid, client=client_host, size=size)
                 return
+            # Busy until the answer is handed to the socket: shutdown waits for it.
             self._busy.add(cid)
             try:
                 out = await self._process(cid, client_host, body)
+                if out is None:
+                    return  # close the connection
+                if out:
+                    writer.write(out)
+                    await writer.drain()
             finally:
                 self._busy.discard(cid)
-            if out is None:
-                return  # close the connection
-            if out:
-                writer.write(out)
-                await writer.drain()
 
     async def _process(self, cid: int, client_host: str, body: bytes) -> bytes | None:
         """The response frame, b"" for no response, or None to close the connection."""
@@ -196,6 +212,9 @@ class Server:
             response = await self.handlers[api_key](ctx, request)
         except asyncio.CancelledError:
             raise
+        except CloseConnection as e:
+            log.info("closing connection", connection=cid, api=api.name, reason=str(e))
+            return None
         except Exception:
             log.exception("handler failed", connection=cid, api=api.name, api_version=version)
             return self._error_response(api_key, version, corr)

@@ -1,4 +1,8 @@
-"""The only module that imports kio: message bodies in and out.
+"""Message bodies in and out: the kio adapter (with its reader, :mod:`protocol.tagged`).
+
+Nothing outside ``protocol/`` imports kio.  Requests from the network are decoded by
+:mod:`protocol.tagged`, never by kio's native reader alone (it aborts the process on a huge
+array length and refuses unknown tagged fields).
 
 Handlers receive decoded requests as kio's frozen dataclasses (read them by attribute; a
 field a version lacks is absent, so use ``getattr(req, "field", default)``) and answer
@@ -23,11 +27,10 @@ from typing import Any, Final
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode as KioErrorCode
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_writer
 from kio.serial.errors import BufferUnderflow
 
-from . import framing
-from .tagged import decode_skipping_unknown_tags
+from . import framing, tagged
 
 Message = Any  # a kio dataclass instance
 
@@ -96,28 +99,21 @@ def response_header_version(api_key: int, version: int) -> int:
 
 
 @functools.cache
-def _reader(cls: type) -> Any:
-    return entity_reader(cls)
-
-
-@functools.cache
 def _writer(cls: type) -> Any:
     return entity_writer(cls)
 
 
 def decode_request(api_key: int, version: int, body: bytes | memoryview, offset: int = 0) -> Message:
-    """Decode the body of a request. Unknown tagged fields are skipped, as Kafka does."""
+    """Decode the body of a request from the network.
+
+    Never kio's native reader directly: :mod:`protocol.tagged` bounds array lengths (the
+    native reader aborts the process on a huge one) and skips unknown tagged fields, as
+    Kafka does.
+    """
     cls = request_class(api_key, version)
     try:
-        msg, _size = _reader(cls)(body, offset)
+        msg, _end = tagged.read(cls, body, offset)
         return msg
-    except KeyError:
-        # kio refuses unknown tagged fields; Kafka's generated readers skip them
-        # (they keep them as `_unknownTaggedFields`).  Re-read with our schema walker.
-        try:
-            return decode_skipping_unknown_tags(cls, bytes(body), offset)
-        except (BufferUnderflow, ValueError, IndexError, UnicodeDecodeError) as e:
-            raise DecodeError(f"undecodable api {api_key} v{version} body: {e}") from e
     except (BufferUnderflow, ValueError, IndexError, UnicodeDecodeError, OverflowError) as e:
         raise DecodeError(f"undecodable api {api_key} v{version} body: {e}") from e
     except Exception as e:  # the native reader may raise other errors on garbage
@@ -125,9 +121,13 @@ def decode_request(api_key: int, version: int, body: bytes | memoryview, offset:
 
 
 def decode_response(api_key: int, version: int, body: bytes | memoryview, offset: int = 0) -> Message:
+    """Decode a response body (tests, the probe): same safe reader as requests."""
     cls = response_class(api_key, version)
-    msg, _size = _reader(cls)(body, offset)
-    return msg
+    try:
+        msg, _end = tagged.read(cls, body, offset)
+        return msg
+    except (BufferUnderflow, ValueError, IndexError, UnicodeDecodeError, OverflowError) as e:
+        raise DecodeError(f"undecodable api {api_key} v{version} response: {e}") from e
 
 
 def encode_message(msg: Message) -> bytes:

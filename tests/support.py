@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,3 +183,87 @@ class WireClient:
             return True
         except TimeoutError:
             return False
+
+
+class FrameProxy:
+    """A TCP proxy in front of a broker that sees (and may rewrite) each client request frame.
+
+    ``rewrite(n, frame)`` gets the n-th request frame (0-based, per connection, bytes after the
+    size) and returns the frame to forward.  ``seen`` lists (api_key, api_version) as the client
+    sent them.  Responses pass through untouched.
+    """
+
+    def __init__(self, upstream: tuple[str, int], rewrite: Callable[[int, bytes], bytes] | None = None) -> None:
+        self.upstream = upstream
+        self.rewrite = rewrite
+        self.seen: list[tuple[int, int]] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._sockets: list[socket.socket] = [self._listener]
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.upstream, timeout=10)
+            server.settimeout(None)
+            self._sockets += [client, server]
+            threading.Thread(target=self._requests, args=(client, server), daemon=True).start()
+            threading.Thread(target=self._responses, args=(server, client), daemon=True).start()
+
+    def _requests(self, client: socket.socket, server: socket.socket) -> None:
+        n = 0
+        try:
+            while True:
+                head = _recv_all(client, 4)
+                (size,) = struct.unpack(">i", head)
+                frame = _recv_all(client, size)
+                self.seen.append(struct.unpack_from(">hh", frame))
+                if self.rewrite is not None:
+                    frame = self.rewrite(n, frame)
+                n += 1
+                server.sendall(struct.pack(">i", len(frame)) + frame)
+        except (OSError, ConnectionError):
+            pass
+        finally:
+            _shut(server)
+
+    def _responses(self, server: socket.socket, client: socket.socket) -> None:
+        try:
+            while data := server.recv(65536):
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _shut(client)
+
+    def close(self) -> None:
+        self._closed = True
+        for s in self._sockets:
+            _shut(s)
+            s.close()
+
+
+def _recv_all(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return bytes(buf)
+
+
+def _shut(s: socket.socket) -> None:
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass

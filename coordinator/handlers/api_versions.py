@@ -1,13 +1,28 @@
-"""ApiVersions (18): the served ranges from protocol/apis.py."""
+"""ApiVersions (18): the served ranges from protocol/apis.py.
+
+Kafka's rules (``KafkaApis.handleApiVersionsRequest`` and ``ApiVersionsRequest``):
+
+* a version the broker does not know is answered, not refused: v0 format, UNSUPPORTED_VERSION
+  and the broker's own ApiVersions range, so the client retries with a version both know
+  (KIP-511; ``ApiVersionsRequest.getErrorResponse``).  The server sends that answer
+  (:func:`unsupported_version_body`) without decoding the body.
+* from v3 on, ClientSoftwareName and ClientSoftwareVersion must match
+  ``[a-zA-Z0-9](?:[a-zA-Z0-9\\-.]*[a-zA-Z0-9])?`` (``ApiVersionsRequest.isValid``), else
+  INVALID_REQUEST with no API list.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Final
 
-from protocol.apis import SERVED_APIS
+from protocol.apis import API_VERSIONS_KEY, SERVED_APIS
 from protocol.errors import ErrorCode
 
 API_KEY = 18
+
+# ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN (Java's matcher().matches() = fullmatch).
+SOFTWARE_NAME_VERSION: Final = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 def api_keys_list() -> list[dict[str, int]]:
@@ -18,12 +33,29 @@ def api_keys_list() -> list[dict[str, int]]:
 
 
 def unsupported_version_body() -> dict[str, Any]:
-    """Kafka answers an ApiVersions version it does not know in v0 format with
-    UNSUPPORTED_VERSION and its ranges, so the client can retry with one it can use."""
-    return {"error_code": ErrorCode.UNSUPPORTED_VERSION, "api_keys": api_keys_list()}
+    """The v0-format answer to an ApiVersions version we do not serve.
+
+    Like Kafka's ``getErrorResponse(UNSUPPORTED_VERSION)``: only ApiVersions' own range.
+    """
+    own = SERVED_APIS[API_VERSIONS_KEY]
+    return {
+        "error_code": ErrorCode.UNSUPPORTED_VERSION,
+        "api_keys": [{"api_key": own.key, "min_version": own.min_version, "max_version": own.max_version}],
+    }
+
+
+def is_valid(version: int, request: Any) -> bool:
+    """Kafka's ``ApiVersionsRequest.isValid``."""
+    if version < 3:
+        return True
+    name = getattr(request, "client_software_name", "")
+    software_version = getattr(request, "client_software_version", "")
+    return bool(SOFTWARE_NAME_VERSION.fullmatch(name) and SOFTWARE_NAME_VERSION.fullmatch(software_version))
 
 
 async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+    if not is_valid(ctx.api_version, request):
+        return {"error_code": ErrorCode.INVALID_REQUEST, "throttle_time": 0}
     return {
         "error_code": ErrorCode.NONE,
         "api_keys": api_keys_list(),

@@ -76,8 +76,13 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
                     topics.append(_error_entry(name, e.code))
                     continue
                 if allow_auto and store.auto_create:
-                    creator = broker.parts.get("topic_creator")
-                    topic = creator(name) if creator is not None else store.create(name)
+                    # Kafka answers LEADER_NOT_AVAILABLE while an auto-created topic comes up;
+                    # here creation is instant, so the topic is answered at once.
+                    try:
+                        topic = store.auto_create_topic(name)
+                    except TopicError as e:
+                        topics.append(_error_entry(name, e.code))
+                        continue
                     topics.append(topic_entry(ctx, topic))
                 else:
                     topics.append(_error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))

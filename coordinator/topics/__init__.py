@@ -1,5 +1,6 @@
 """The in-memory topic data plane."""
 
-from .store import Topic, TopicError, TopicStore
+from .errors import TopicError
+from .store import Topic, TopicStore
 
 __all__ = ["Topic", "TopicError", "TopicStore"]

@@ -1,0 +1,110 @@
+"""Latency from a produce being acknowledged to a parked long-poll fetch returning the data.
+
+    .venv/bin/python bench/fetch_wakeup.py [--rounds 300]
+
+A consumer connection parks a Fetch (max_wait 5 s, min_bytes 1) at the log end; a producer
+connection then produces one small batch with acks=1.  Measured per round: produce send → ack,
+and ack → fetch response received (the wake-up), on a broker process started here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import select
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from protocol import codec
+from tests.support import BrokerProcess, WireClient
+
+
+def batch() -> bytes:
+    b = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    b.append(0, None, b"k", b"hello", [])
+    return bytes(b.build())
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=300)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = BrokerProcess(data_dir=Path(tmp), config={})
+        broker.start()
+        try:
+            run(broker, args.rounds)
+        finally:
+            broker.stop()
+
+
+def run(broker: BrokerProcess, rounds: int) -> None:
+    data = batch()
+    acks: list[float] = []
+    wakeups: list[float] = []
+    with WireClient(broker.host, broker.port) as prod, WireClient(broker.host, broker.port) as cons:
+        prod.call(
+            19,
+            7,
+            {
+                "topics": [
+                    {"name": "wake", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
+                ],
+                "timeout": 5000,
+                "validate_only": False,
+            },
+        )
+        for offset in range(rounds + 1):
+            fetch = {
+                "max_wait": 5000,
+                "min_bytes": 1,
+                "max_bytes": 1 << 20,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [
+                    {
+                        "topic": "wake",
+                        "partitions": [{"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}],
+                    }
+                ],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            }
+            corr = cons.send(1, 12, fetch)
+            # make sure the fetch is parked before producing
+            ready, _, _ = select.select([cons.sock], [], [], 0.02)
+            assert not ready
+            body = {
+                "transactional_id": None,
+                "acks": 1,
+                "timeout": 5000,
+                "topic_data": [{"name": "wake", "partition_data": [{"index": 0, "records": data}]}],
+            }
+            t0 = time.perf_counter()
+            resp = prod.call(0, 9, body)
+            t1 = time.perf_counter()
+            assert int(resp.responses[0].partition_responses[0].error_code) == 0
+            got = codec.to_dict(cons.receive(1, 12, corr))
+            t2 = time.perf_counter()
+            assert got["responses"][0]["partitions"][0]["records"], "fetch returned without data"
+            acks.append((t1 - t0) * 1000)
+            wakeups.append((t2 - t1) * 1000)
+    print(f"rounds={rounds} (first round, warm-up: ack {acks[0]:.3f} ms, wake-up {wakeups[0]:.3f} ms; excluded)")
+    for name, xs in (("produce ack", acks[1:]), ("ack -> fetch answered", wakeups[1:])):
+        print(f"{name:>22}: p50 {statistics.median(xs):.3f} ms  p99 {pct(xs, 0.99):.3f} ms  max {max(xs):.3f} ms")
+
+
+if __name__ == "__main__":
+    main()

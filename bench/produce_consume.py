@@ -1,0 +1,112 @@
+"""Throughput: confluent-kafka produces N messages to a fresh broker, then consumes them (assign mode).
+
+    .venv/bin/python bench/produce_consume.py [--messages 200000] [--size 100] [--partitions 4]
+                                              [--compression none] [--acks all]
+
+Starts its own broker process (127.0.0.1, free port, temp data dir) and prints msgs/s and MB/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from tests.support import BrokerProcess, WireClient
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--compression", default="none")
+    ap.add_argument("--acks", default="all")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = BrokerProcess(data_dir=Path(tmp), config={"log.retention.bytes": "-1"})
+        broker.start()
+        try:
+            run(broker, args)
+        finally:
+            broker.stop()
+
+
+def run(broker: BrokerProcess, args: argparse.Namespace) -> None:
+    topic = "bench"
+    with WireClient(broker.host, broker.port) as c:
+        body = {
+            "topics": [
+                {
+                    "name": topic,
+                    "num_partitions": args.partitions,
+                    "replication_factor": 1,
+                    "assignments": [],
+                    "configs": [],
+                }
+            ],
+            "timeout": 5000,
+            "validate_only": False,
+        }
+        c.call(19, 7, body)
+    payload = b"x" * args.size
+    p = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "acks": args.acks,
+            "compression.type": args.compression,
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+        }
+    )
+    start = time.perf_counter()
+    for i in range(args.messages):
+        while True:
+            try:
+                p.produce(topic, payload, partition=i % args.partitions)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 10_000 == 0:
+            p.poll(0)
+    left = p.flush(120)
+    produce_s = time.perf_counter() - start
+    assert left == 0, f"{left} messages not delivered"
+
+    c = Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 52428800,
+        }
+    )
+    c.assign([TopicPartition(topic, i, OFFSET_BEGINNING) for i in range(args.partitions)])
+    got = 0
+    start = time.perf_counter()
+    deadline = start + 300
+    while got < args.messages and time.perf_counter() < deadline:
+        for m in c.consume(10_000, 1.0):
+            if m.error() is None:
+                got += 1
+    consume_s = time.perf_counter() - start
+    c.close()
+
+    mb = args.messages * args.size / 1e6
+    print(
+        f"messages={args.messages} size={args.size}B partitions={args.partitions} "
+        f"compression={args.compression} acks={args.acks}"
+    )
+    print(f"produce: {args.messages / produce_s:,.0f} msgs/s  {mb / produce_s:,.1f} MB/s  ({produce_s:.2f} s)")
+    print(f"consume: {got / consume_s:,.0f} msgs/s  {mb / consume_s:,.1f} MB/s  ({consume_s:.2f} s, {got} messages)")
+
+
+if __name__ == "__main__":
+    main()

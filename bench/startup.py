@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""Start-up time: process start → first ApiVersions answer, over N fresh broker processes.
+
+    python bench/startup.py [--runs 15] [--json]
+
+Each run starts ``python -m coordinator --port 0`` on a fresh data directory, reads the port
+from its JSON ``listening`` log line, then connects and sends ApiVersions until one is
+answered.  It also times SIGTERM → exit.  Prints median, min, p90 and max in milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from protocol import codec  # noqa: E402  (after the path set-up, so the checkout's code is used)
+
+DEADLINE_S = 30.0
+
+
+def _api_versions_answered(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
+            s.settimeout(1.0)
+            s.sendall(codec.encode_request(18, 3, 1, {"client_software_name": "bench", "client_software_version": "1"}))
+            head = _recv(s, 4)
+            body = _recv(s, struct.unpack(">i", head)[0])
+        corr, resp = codec.decode_response_frame(18, 3, body)
+        return corr == 1 and int(resp.error_code) == 0
+    except (OSError, ValueError):
+        return False
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise OSError("closed")
+        buf += chunk
+    return bytes(buf)
+
+
+def one_run(data_dir: str) -> dict[str, float]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    cmd = [sys.executable, "-m", "coordinator", "--port", "0", "--data-dir", data_dir, "--log-format", "json"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    lines: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            lines.put(raw.decode(errors="replace"))
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        port = None
+        deadline = t0 + DEADLINE_S
+        while port is None:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.perf_counter()))
+            except queue.Empty:
+                raise RuntimeError("no 'listening' line within the deadline") from None
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "listening":
+                port = int(event["port"])
+        t_listening = time.perf_counter()
+        while not _api_versions_answered(port):
+            if time.perf_counter() > deadline or proc.poll() is not None:
+                raise RuntimeError("ApiVersions never answered")
+            time.sleep(0.001)
+        t_answer = time.perf_counter()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(DEADLINE_S)
+        t_exit = time.perf_counter()
+        if rc != 0:
+            raise RuntimeError(f"exit code {rc} after SIGTERM")
+        return {
+            "first_answer_ms": (t_answer - t0) * 1000,
+            "listening_line_ms": (t_listening - t0) * 1000,
+            "sigterm_to_exit_ms": (t_exit - t_answer) * 1000,
+        }
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def summarise(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, max(0, round(0.9 * len(ordered) + 0.5) - 1))]
+    return {
+        "median": statistics.median(ordered),
+        "min": ordered[0],
+        "p90": p90,
+        "max": ordered[-1],
+        "stdev": statistics.stdev(ordered) if len(ordered) > 1 else 0.0,
+    }
+
+
+def measure(runs: int) -> dict[str, dict[str, float]]:
+    """Figures (ms) over ``runs`` fresh broker processes."""
+    samples = []
+    with tempfile.TemporaryDirectory(prefix="rallypoint-bench-") as tmp:
+        for i in range(runs):
+            samples.append(one_run(str(Path(tmp) / f"run{i}")))
+    return {name: summarise([r[name] for r in samples]) for name in samples[0]}
+
+
+_LABELS = {
+    "first_answer_ms": "process start → first ApiVersions answer",
+    "listening_line_ms": "process start → `listening` log line",
+    "sigterm_to_exit_ms": "SIGTERM → process exit",
+}
+
+
+def run(quick: bool = False) -> list[dict[str, object]]:
+    """Rows for ``python -m bench`` (docs/BENCHMARKS.md)."""
+    runs = 5 if quick else 15
+    figures = measure(runs)
+    rows: list[dict[str, object]] = []
+    for name, f in figures.items():
+        print(f"{_LABELS[name]}: median {f['median']:.1f} ms (p90 {f['p90']:.1f})", flush=True)
+        stats = {**f, "n": runs}
+        note = f"{_LABELS[name]}: p90 {f['p90']:.1f} ms"
+        rows.append({"name": _LABELS[name], "unit": "ms", "stats": stats, "note": note})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", "-n", type=int, default=15, help="broker processes to start (default 15)")
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    args = p.parse_args(argv)
+    if args.runs < 1:
+        p.error("--runs must be at least 1")
+    figures = measure(args.runs)
+    if args.json:
+        print(json.dumps({"runs": args.runs, **figures}))
+        return 0
+    print(f"rallypoint start-up, {args.runs} runs, Python {sys.version.split()[0]} ({os.cpu_count()} CPUs)")
+    print(f"{'ms':24s} {'median':>8s} {'min':>8s} {'p90':>8s} {'max':>8s}")
+    for name, f in figures.items():
+        print(f"{name:24s} {f['median']:8.1f} {f['min']:8.1f} {f['p90']:8.1f} {f['max']:8.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

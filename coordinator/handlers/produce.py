@@ -1,0 +1,150 @@
+"""Produce (0): append one record batch per partition, idempotence checks, acks 0/1/-1.
+
+Follows KafkaApis.handleProduceRequest and ReplicaManager.appendRecords:
+
+* transactional records or a transactional id → TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every
+  partition (what Kafka answers a principal without WRITE on the transactional id; this
+  broker has no transaction coordinator);
+* acks other than 0, 1, -1 → INVALID_REQUIRED_ACKS for every partition;
+* unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION (Kafka does not auto-create topics
+  on Produce; producers' Metadata requests do that), unknown topic id (v13) → UNKNOWN_TOPIC_ID;
+* ``ProduceRequest.validateRecords`` → INVALID_RECORD / UNSUPPORTED_COMPRESSION_TYPE;
+* internal topics (``__consumer_offsets``) → INVALID_TOPIC_EXCEPTION ("Cannot append to internal
+  topic", ReplicaManager.appendToLocalLog);
+* then the log's own checks (size, CRC, batch validity, producer state).
+
+With acks=0 there is no response; if any partition failed the connection is closed, as Kafka
+does so the producer refreshes its metadata.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.errors import ErrorCode
+
+from ..broker import CloseConnection
+from ..logs import get as get_logger
+from ..topics.records import TRANSACTIONAL_MASK, BatchError, split_batches, validate_produce_records
+
+API_KEY = 0
+
+log = get_logger("rallypoint.produce")
+
+
+def _error(index: int, code: ErrorCode, log_start_offset: int = -1, message: str | None = None) -> dict[str, Any]:
+    return {
+        "index": index,
+        "error_code": code,
+        "base_offset": -1,
+        "log_append_time": None,
+        "log_start_offset": log_start_offset,
+        "record_errors": [],
+        "error_message": message,
+    }
+
+
+def _has_transactional_records(request: Any) -> bool:
+    for topic in request.topic_data:
+        for part in topic.partition_data:
+            data = part.records
+            if not data:
+                continue
+            try:
+                spans = split_batches(data)
+            except BatchError:
+                continue
+            for pos, _size in spans:
+                if len(data) > pos + 22 and data[pos + 16] == 2 and data[pos + 22] & TRANSACTIONAL_MASK:
+                    return True
+    return False
+
+
+async def handle(ctx: Any, request: Any) -> dict[str, Any] | None:
+    broker = ctx.broker
+    store = broker.topics
+    version = ctx.api_version
+    acks = int(request.acks)
+    by_id = version >= 13
+
+    blanket: ErrorCode | None = None
+    if request.transactional_id is not None or _has_transactional_records(request):
+        blanket = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    elif acks not in (0, 1, -1):
+        blanket = ErrorCode.INVALID_REQUIRED_ACKS
+
+    any_error = False
+    responses: list[dict[str, Any]] = []
+    for tdata in request.topic_data:
+        if by_id:
+            topic = store.by_id(tdata.topic_id)
+            missing = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            topic = store.get(tdata.name)
+            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        parts: list[dict[str, Any]] = []
+        for pdata in tdata.partition_data:
+            idx = int(pdata.index)
+            if blanket is not None:
+                parts.append(_error(idx, blanket))
+                continue
+            plog = topic.partition(idx) if topic is not None else None
+            if plog is None:
+                parts.append(_error(idx, missing if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            assert topic is not None
+            data = pdata.records or b""
+            try:
+                pos, size = validate_produce_records(version, data)
+            except BatchError as e:
+                parts.append(_error(idx, e.code))
+                continue
+            if topic.is_internal:
+                parts.append(_error(idx, ErrorCode.INVALID_TOPIC_EXCEPTION))
+                continue
+            try:
+                result = plog.append_client_batch(
+                    data,
+                    pos,
+                    size,
+                    max_message_bytes=store.max_message_bytes_for(topic),
+                    retention_bytes=store.retention_bytes_for(topic),
+                )
+            except BatchError as e:
+                log.info(
+                    "produce refused",
+                    topic=topic.name,
+                    partition=idx,
+                    error=e.code.name,
+                    reason=e.message,
+                    client_id=ctx.client_id,
+                )
+                lso = (
+                    -1 if e.code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.MESSAGE_TOO_LARGE) else plog.log_start_offset
+                )
+                parts.append(_error(idx, e.code, lso))
+                continue
+            parts.append(
+                {
+                    "index": idx,
+                    "error_code": ErrorCode.NONE,
+                    "base_offset": result.base_offset,
+                    "log_append_time": None,  # -1: CreateTime topics
+                    "log_start_offset": result.log_start_offset,
+                    "record_errors": [],
+                    "error_message": None,
+                }
+            )
+        any_error = any_error or any(int(p["error_code"]) != 0 for p in parts)
+        entry: dict[str, Any] = {"partition_responses": parts}
+        if by_id:
+            entry["topic_id"] = tdata.topic_id
+        else:
+            entry["name"] = tdata.name
+        responses.append(entry)
+
+    if acks == 0:
+        if any_error:
+            raise CloseConnection("error in a produce request with acks=0")
+        return None
+    return {"responses": responses, "throttle_time": 0}

@@ -1,0 +1,141 @@
+"""Topic-level configs: Kafka's names, light validation, effective values.
+
+Only ``retention.bytes`` and ``max.message.bytes`` change broker behaviour here; the others
+are accepted and reported (CreateTopics v5+ answers with the effective configs) so tools
+that set them work.  ``message.timestamp.type=LogAppendTime`` is refused: it would need the
+broker to rewrite batches, which this data plane never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from protocol.errors import ErrorCode
+
+from .errors import TopicError
+
+# Kafka's DescribeConfigs/CreateTopics config sources.
+SOURCE_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+_LONG_MIN = -(2**63)
+
+
+def _int(lo: int = _LONG_MIN, hi: int = 2**63 - 1) -> Callable[[str], None]:
+    def check(v: str) -> None:
+        n = int(v.strip())
+        if not lo <= n <= hi:
+            raise ValueError(f"Value must be at least {lo}" if n < lo else f"Value must be no more than {hi}")
+
+    return check
+
+
+def _float(v: str) -> None:
+    float(v)
+
+
+def _bool(v: str) -> None:
+    if v.strip().lower() not in ("true", "false"):
+        raise ValueError("Expected value to be either true or false")
+
+
+def _choice(*options: str) -> Callable[[str], None]:
+    def check(v: str) -> None:
+        for part in v.split(","):
+            if part.strip() not in options:
+                raise ValueError(f"String must be one of: {', '.join(options)}")
+
+    return check
+
+
+def _any(v: str) -> None:
+    return None
+
+
+def _timestamp_type(v: str) -> None:
+    if v not in ("CreateTime", "LogAppendTime"):
+        raise ValueError("String must be one of: CreateTime, LogAppendTime")
+    if v == "LogAppendTime":
+        raise ValueError("LogAppendTime is not supported by rallypoint (batches are stored as produced)")
+
+
+INT32_MAX = 2**31 - 1
+
+# name -> (validator, default).  Defaults are Kafka 4.0's; a None default is taken from the
+# broker config (see ``effective``).
+TOPIC_CONFIGS: dict[str, tuple[Callable[[str], None], str | None]] = {
+    "cleanup.policy": (_choice("delete", "compact"), "delete"),
+    "compression.type": (_choice("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), "producer"),
+    "compression.gzip.level": (_int(-1, 9), "-1"),
+    "compression.lz4.level": (_int(1, 17), "9"),
+    "compression.zstd.level": (_int(-131072, 22), "3"),
+    "delete.retention.ms": (_int(0), "86400000"),
+    "file.delete.delay.ms": (_int(0), "60000"),
+    "flush.messages": (_int(1), str(2**63 - 1)),
+    "flush.ms": (_int(0), str(2**63 - 1)),
+    "follower.replication.throttled.replicas": (_any, ""),
+    "index.interval.bytes": (_int(0, INT32_MAX), "4096"),
+    "leader.replication.throttled.replicas": (_any, ""),
+    "local.retention.bytes": (_int(-2), "-2"),
+    "local.retention.ms": (_int(-2), "-2"),
+    "max.compaction.lag.ms": (_int(1), str(2**63 - 1)),
+    "max.message.bytes": (_int(0, INT32_MAX), None),
+    "message.timestamp.after.max.ms": (_int(0), "3600000"),
+    "message.timestamp.before.max.ms": (_int(0), str(2**63 - 1)),
+    "message.timestamp.type": (_timestamp_type, "CreateTime"),
+    "min.cleanable.dirty.ratio": (_float, "0.5"),
+    "min.compaction.lag.ms": (_int(0), "0"),
+    "min.insync.replicas": (_int(1, INT32_MAX), "1"),
+    "preallocate": (_bool, "false"),
+    "remote.log.copy.disable": (_bool, "false"),
+    "remote.log.delete.on.disable": (_bool, "false"),
+    "remote.storage.enable": (_bool, "false"),
+    "retention.bytes": (_int(), None),
+    "retention.ms": (_int(-1), "604800000"),
+    "segment.bytes": (_int(1024 * 1024, INT32_MAX), "1073741824"),
+    "segment.index.bytes": (_int(4, INT32_MAX), "10485760"),
+    "segment.jitter.ms": (_int(0), "0"),
+    "segment.ms": (_int(1), "604800000"),
+    "unclean.leader.election.enable": (_bool, "false"),
+}
+
+# topic config -> broker setting supplying its default
+BROKER_DEFAULTS: dict[str, str] = {
+    "retention.bytes": "log.retention.bytes",
+    "max.message.bytes": "message.max.bytes",
+}
+
+
+def validate(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Raise TopicError(INVALID_CONFIG) as Kafka's ``LogConfig.validate`` would."""
+    out: dict[str, str] = {}
+    for name, value in configs.items():
+        spec = TOPIC_CONFIGS.get(name)
+        if spec is None:
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
+        if value is None:
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic configs: {name}")
+        try:
+            spec[0](value)
+        except ValueError as e:
+            raise TopicError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: {e}") from None
+        out[name] = value
+    return out
+
+
+def effective(configs: Mapping[str, str], broker_values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every topic config with its value and source, sorted by name (CreateTopics v5+)."""
+    result = []
+    for name in sorted(TOPIC_CONFIGS):
+        if name in configs:
+            value, source = configs[name], SOURCE_TOPIC
+        elif name in BROKER_DEFAULTS:
+            value, source = str(broker_values[BROKER_DEFAULTS[name]]), SOURCE_DEFAULT
+        else:
+            value, source = TOPIC_CONFIGS[name][1] or "", SOURCE_DEFAULT
+        result.append(
+            {"name": name, "value": value, "read_only": False, "config_source": source, "is_sensitive": False}
+        )
+    return result

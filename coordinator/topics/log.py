@@ -1,0 +1,255 @@
+"""One partition's in-memory log: opaque record batches, offsets, retention, waiters.
+
+Batches are kept as bytes with their base offset already patched in.  The high watermark is
+the log end offset (one replica, acks=all is acks=1), and with no transactions the last
+stable offset equals it too.  Retention drops whole oldest batches (never the newest) while
+the partition holds more than ``retention_bytes``, advancing the log start offset.
+
+Waiters are ``asyncio.Event`` objects of parked fetches; every append (and deletion of the
+partition) sets them, so a long-poll fetch wakes as soon as data arrives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from dataclasses import dataclass
+
+from protocol.errors import ErrorCode
+
+from .producers import ProducerStates
+from .records import (
+    BatchError,
+    BatchHeader,
+    assign_offset,
+    parse_header,
+    record_timestamps,
+    split_batches,
+    validate_client_batch,
+)
+
+LEADER_EPOCH = 0
+NO_TIMESTAMP = -1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    log_start_offset: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+
+
+class OffsetOutOfRange(Exception):
+    pass
+
+
+class PartitionLog:
+    def __init__(self, topic: str, partition: int, start_offset: int = 0) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.log_start_offset = start_offset
+        self.next_offset = start_offset  # log end offset == high watermark
+        # Parallel lists; entries before ``_head`` are dropped (compacted away lazily).
+        self._base: list[int] = []
+        self._pos: list[int] = []  # cumulative byte position of each batch
+        self._max_ts: list[int] = []
+        self._batches: list[bytes] = []
+        self._head = 0
+        self._end_pos = 0
+        self.producers = ProducerStates()
+        self._waiters: set[asyncio.Event] = set()
+        self.deleted = False
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def high_watermark(self) -> int:
+        return self.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return self._end_pos - (self._pos[self._head] if self._head < len(self._pos) else self._end_pos)
+
+    @property
+    def batch_count(self) -> int:
+        return len(self._batches) - self._head
+
+    def has_epoch(self) -> bool:
+        """Whether the leader epoch cache would hold epoch 0: anything was ever appended.
+
+        The next offset survives restarts, so a partition that had data keeps answering
+        epoch 0 (as Kafka's persisted leader-epoch checkpoint would)."""
+        return self.next_offset > 0
+
+    # ------------------------------------------------------------------ waiters
+
+    def add_waiter(self, ev: asyncio.Event) -> None:
+        self._waiters.add(ev)
+
+    def remove_waiter(self, ev: asyncio.Event) -> None:
+        self._waiters.discard(ev)
+
+    def notify(self) -> None:
+        for ev in self._waiters:
+            ev.set()
+
+    # ------------------------------------------------------------------ append
+
+    def append_client_batch(
+        self, data: bytes, pos: int, size: int, *, max_message_bytes: int, retention_bytes: int
+    ) -> AppendResult:
+        """Validate and append one produced batch (Kafka's ``UnifiedLog.append`` for a client)."""
+        h = validate_client_batch(data, pos, size, max_message_bytes)
+        entry = None
+        if h.has_producer_id:
+            entry = self.producers.get(h.producer_id)
+            if entry is not None:
+                dup = entry.find_duplicate(h)
+                if dup is not None:
+                    return AppendResult(dup.first_offset, self.log_start_offset, duplicate=True)
+                entry.check(h)
+            else:
+                entry = self.producers.entry(h.producer_id)
+        base = self._append(data, pos, size, h)
+        if entry is not None:
+            entry.add(h, base)
+        self._retain(retention_bytes)
+        return AppendResult(base, self.log_start_offset)
+
+    def _append(self, data: bytes, pos: int, size: int, h: BatchHeader) -> int:
+        base = self.next_offset
+        batch = assign_offset(data, pos, size, base, LEADER_EPOCH)
+        self._base.append(base)
+        self._pos.append(self._end_pos)
+        self._max_ts.append(h.max_timestamp)
+        self._batches.append(batch)
+        self._end_pos += size
+        self.next_offset = base + h.last_offset_delta + 1
+        self.notify()
+        return base
+
+    def _retain(self, retention_bytes: int) -> None:
+        if retention_bytes < 0:
+            return
+        head = self._head
+        last = len(self._batches) - 1
+        trimmed = False
+        while head < last and self._end_pos - self._pos[head] > retention_bytes:
+            head += 1
+            trimmed = True
+        if not trimmed:
+            return
+        self._head = head
+        self.log_start_offset = self._base[head]
+        self.producers.truncate_head(self.log_start_offset)
+        if head > 1024 and head * 2 > len(self._batches):
+            del self._base[:head], self._pos[:head], self._max_ts[:head], self._batches[:head]
+            self._head = 0
+
+    # ------------------------------------------------------------------ read
+
+    def _index_for(self, offset: int) -> int:
+        """Index of the batch containing ``offset`` (first batch with last offset ≥ offset)."""
+        # The batch containing offset is the last one whose base offset is <= offset; base offsets
+        # of consecutive batches are contiguous, so that batch's last offset is >= offset.
+        i = bisect.bisect_right(self._base, offset, lo=self._head) - 1
+        return max(i, self._head)
+
+    def check_offset(self, offset: int) -> None:
+        if offset < self.log_start_offset or offset > self.next_offset:
+            raise OffsetOutOfRange(
+                f"Received request for offset {offset} for partition {self.topic}-{self.partition}, "
+                f"but we only have log segments in the range {self.log_start_offset} to {self.next_offset}."
+            )
+
+    def bytes_available(self, offset: int) -> int:
+        """Bytes a fetch at ``offset`` could return now (0 at the end or out of range)."""
+        if offset >= self.next_offset or offset < self.log_start_offset:
+            return 0
+        return self._end_pos - self._pos[self._index_for(offset)]
+
+    def read(self, offset: int, max_bytes: int, min_one: bool) -> ReadResult:
+        """Whole batches from the one containing ``offset``, up to ``max_bytes``.
+
+        With ``min_one`` the first batch is returned even if larger (KIP-74).  Raises
+        OffsetOutOfRange as ``LocalLog.read`` does.
+        """
+        self.check_offset(offset)
+        if offset == self.next_offset:
+            return ReadResult(b"", self.next_offset, self.log_start_offset)
+        i = self._index_for(offset)
+        n = len(self._batches)
+        start_pos = self._pos[i]
+        j = i
+        while j < n:
+            end = self._pos[j + 1] if j + 1 < n else self._end_pos
+            if end - start_pos > max_bytes and not (min_one and j == i):
+                break
+            j += 1
+        if j == i:
+            return ReadResult(b"", self.next_offset, self.log_start_offset)
+        data = self._batches[i] if j == i + 1 else b"".join(self._batches[i:j])
+        return ReadResult(data, self.next_offset, self.log_start_offset)
+
+    # ------------------------------------------------------------------ timestamps
+
+    def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with timestamp ≥ ts (``searchForTimestamp``).
+
+        Uncompressed batches are searched record by record.  A compressed batch is never
+        decompressed: if its first record qualifies (base timestamp ≥ ts) the answer is exact,
+        else it is the batch's base offset with its max timestamp (an approximation).
+        """
+        for i in range(self._head, len(self._batches)):
+            if self._max_ts[i] < ts:
+                continue
+            recs = record_timestamps(self._batches[i])
+            if recs is not None:
+                for off, rts in recs:
+                    if rts >= ts and off >= self.log_start_offset:
+                        return rts, off
+                continue
+            # Compressed: if the first record qualifies the answer is exact, else approximate.
+            h = parse_header(self._batches[i])
+            if h.base_timestamp >= ts:
+                return h.base_timestamp, self._base[i]
+            return self._max_ts[i], self._base[i]
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int] | None:
+        """(timestamp, offset) of the record with the largest timestamp (ListOffsets -3)."""
+        best = -1
+        best_i = -1
+        for i in range(self._head, len(self._batches)):
+            if self._max_ts[i] > best:
+                best, best_i = self._max_ts[i], i
+        if best_i < 0:
+            return None
+        recs = record_timestamps(self._batches[best_i])
+        if recs:
+            for off, rts in recs:
+                if rts == best:
+                    return rts, off
+        h_last = self._base[best_i + 1] - 1 if best_i + 1 < len(self._base) else self.next_offset - 1
+        return best, h_last
+
+    # ------------------------------------------------------------------ internal writers
+
+    def append_internal(self, data: bytes) -> int:
+        """Append already-built batches (e.g. mirrored ``__consumer_offsets`` records).
+
+        No client validation; offsets are assigned here.  Returns the first offset."""
+        first = self.next_offset
+        for pos, size in split_batches(data):
+            self._append(data, pos, size, parse_header(data, pos))
+        return first
+
+
+__all__ = ["AppendResult", "BatchError", "ErrorCode", "OffsetOutOfRange", "PartitionLog", "ReadResult"]
