@@ -133,6 +133,10 @@ class GroupsRuntime:
     def partition_for(self, group_id: str) -> int:
         return self.machine.partition_for(group_id)
 
+    def on_topics_deleted(self, topics: Iterable[str]) -> None:
+        """The data plane deleted ``topics``: drop their committed offsets (with tombstones)."""
+        self._apply(self.machine.topics_deleted(list(topics), self.clock.now_ms()))
+
     # -------------------------------------------------------------------- requests
 
     async def _request(self, call: Callable[[int, int], list[Effect]], kind: type[T]) -> T:

@@ -1817,6 +1817,31 @@ class GroupMachine:
                 all_expired = False
         return all_expired
 
+    # ======================================================= topic deletion (§B.2)
+
+    def topics_deleted(self, topics: Iterable[str], now_ms: int) -> list[Effect]:
+        """Topics were deleted: their committed offsets go, with tombstones
+        (``OffsetMetadataManager.onPartitionsDeleted``)."""
+        self._begin(now_ms)
+        names = set(topics)
+        by_partition: dict[int, list[Record]] = {}
+        for group in self.groups.values():
+            for topic, part in [tp for tp in group.offsets if tp[0] in names]:
+                del group.offsets[(topic, part)]
+                by_partition.setdefault(group.partition, []).append(
+                    (OffsetCommitKey(group.group_id, topic, part), None)
+                )
+        for partition, records in by_partition.items():
+
+            def written(error: ErrorCode | None, partition: int = partition) -> None:
+                if error is not None:
+                    self._note("failed to write deleted-topic tombstones", partition=partition, error=error.name)
+
+            self._persist(partition, records, written)
+        if by_partition:
+            self._note("offsets of deleted topics removed", topics=sorted(names))
+        return self._end()
+
     # ========================================================= persistence results
 
     def persist_done(self, persist_id: int, error: ErrorCode | None, now_ms: int) -> list[Effect]:
