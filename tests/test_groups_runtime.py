@@ -64,19 +64,21 @@ class FakeLog:
             self.active -= 1
 
 
-def make_broker(tmp_path: Path, **cfg: str) -> Broker:
-    overrides = {"data.dir": str(tmp_path), "group.min.session.timeout.ms": "100", **cfg}
-    return build_broker(config.load(overrides, env={}))
-
-
 async def started(tmp_path: Path, log: FakeLog | None = None, **cfg: str) -> GroupsRuntime:
-    broker = make_broker(tmp_path, **cfg)
+    """A broker with only the groups runtime (and the fake log, if any), started."""
+    overrides = {"data.dir": str(tmp_path), "group.min.session.timeout.ms": "100", **cfg}
+    broker = Broker(config.load(overrides, env={}))
+    rt = GroupsRuntime(broker)
+    broker.add_component("groups", rt)
     if log is not None:
         broker.parts["offsets_log"] = log
-    rt = broker.parts["groups"]
-    assert isinstance(rt, GroupsRuntime)
     await rt.start()
     return rt
+
+
+def test_the_broker_registers_the_groups_runtime(tmp_path: Path) -> None:
+    broker = build_broker(config.load({"data.dir": str(tmp_path)}, env={}))
+    assert isinstance(broker.parts["groups"], GroupsRuntime)
 
 
 def commit_req(group: str, offset: int, generation: int = -1, member: str = "") -> CommitRequest:
