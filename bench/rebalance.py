@@ -9,9 +9,10 @@ MEMBER_ID_REQUIRED), then two figures are measured:
   rejoin on REBALANCE_IN_PROGRESS).  With a 0 ms initial delay the first join phase closes
   after one event-loop turn, so members that arrive later cause more generations; the clock
   runs until every member holds its assignment of one common generation.
-* rebalance of a Stable group: all members rejoin at once (as they do after the leader's
-  JoinGroup) and sync again, generation N → N+1: the coordinator's join phase, vote, leader
-  election, the leader's member list, the assignment record and every answer.
+* rebalance of a Stable group: the leader sends JoinGroup (which always rebalances), the
+  followers learn it from a heartbeat (REBALANCE_IN_PROGRESS) and all rejoin at once, then sync
+  again, generation N → N+1: the coordinator's join phase, vote, leader election, the leader's
+  member list, the assignment record and every answer.
 
     python -m bench.rebalance [--sizes 10 100 1000] [--runs 5]
 """
@@ -61,12 +62,14 @@ async def _member_ids(conns: list[Conn], group: str) -> list[str]:
     return list(await asyncio.gather(*(one(c) for c in conns)))
 
 
-async def _converge(conns: list[Conn], group: str, ids: list[str], heartbeat_s: float = 0.1) -> tuple[float, int]:
+async def _converge(conns: list[Conn], group: str, ids: list[str], heartbeat_s: float = 0.1) -> tuple[float, int, str]:
     """Members behave like consumers: join, sync (the leader with everybody's assignment),
     heartbeat, and rejoin on REBALANCE_IN_PROGRESS.  Seconds from the first JoinGroup sent to
-    the moment every member holds its assignment of one common generation; that generation."""
+    the moment every member holds its assignment of one common generation; that generation;
+    its leader."""
     n = len(conns)
     done: dict[int, int] = {}  # member index -> generation it is synced in
+    leaders: dict[int, str] = {}
     finished = asyncio.Event()
     start = time.perf_counter()
     end = [0.0]
@@ -93,6 +96,7 @@ async def _converge(conns: list[Conn], group: str, ids: list[str], heartbeat_s: 
             if int(s.error_code) != 0:
                 continue
             done[i] = gen
+            leaders[gen] = str(r.leader)
             if len(done) == n and len(set(done.values())) == 1:
                 end[0] = time.perf_counter()
                 finished.set()
@@ -109,14 +113,32 @@ async def _converge(conns: list[Conn], group: str, ids: list[str], heartbeat_s: 
     await asyncio.wait_for(finished.wait(), 120)
     # let in-flight heartbeats be answered (a cancelled call would leave its answer unread)
     await asyncio.wait_for(asyncio.gather(*tasks), 30)
-    return end[0] - start, next(iter(done.values()))
+    gen = next(iter(done.values()))
+    return end[0] - start, gen, leaders[gen]
 
 
-async def _rejoin_all(conns: list[Conn], group: str, ids: list[str]) -> tuple[float, int]:
-    """A Stable group in which every member rejoins at once (what follows a leader's JoinGroup):
-    seconds from the first JoinGroup sent to the last SyncGroup answer; the new generation."""
+async def _rejoin_all(conns: list[Conn], group: str, ids: list[str], leader: str, gen: int) -> tuple[float, int]:
+    """A Stable group whose leader sends JoinGroup (which always rebalances); the followers see
+    REBALANCE_IN_PROGRESS on a heartbeat and rejoin at once.  Seconds from the leader's
+    JoinGroup to the last SyncGroup answer; the new generation."""
+    li = ids.index(leader)
     start = time.perf_counter()
-    joined = await asyncio.gather(*(c.call(11, JOIN_V, _join_body(group, m)) for c, m in zip(conns, ids, strict=True)))
+    leader_join = asyncio.create_task(conns[li].call(11, JOIN_V, _join_body(group, leader)))
+    probe = next(i for i in range(len(ids)) if i != li) if len(ids) > 1 else None
+    if probe is not None:
+        while True:  # (a follower rejoining before the leader would just get the current generation back)
+            hb = await conns[probe].call(12, 3, {"group_id": group, "generation_id": gen, "member_id": ids[probe]})
+            if int(hb.error_code) == 27:  # REBALANCE_IN_PROGRESS
+                break
+    followers = [
+        asyncio.create_task(c.call(11, JOIN_V, _join_body(group, m)))
+        for i, (c, m) in enumerate(zip(conns, ids, strict=True))
+        if i != li
+    ]
+    joined = await asyncio.gather(leader_join, *followers)
+    order = [li] + [i for i in range(len(ids)) if i != li]
+    conns = [conns[i] for i in order]
+    ids = [ids[i] for i in order]
     for r in joined:
         if int(r.error_code) != 0:
             raise RuntimeError(f"JoinGroup error {int(r.error_code)}")
@@ -157,8 +179,8 @@ async def _measure(host: str, port: int, members: int) -> tuple[float, int, floa
     try:
         group = f"rebalance-{members}-{uuid.uuid4().hex[:8]}"
         ids = await _member_ids(conns, group)
-        first, gen1 = await _converge(conns, group, ids)
-        again, gen2 = await _rejoin_all(conns, group, ids)
+        first, gen1, leader = await _converge(conns, group, ids)
+        again, gen2 = await _rejoin_all(conns, group, ids, leader, gen1)
         if gen2 != gen1 + 1:
             raise RuntimeError(f"unexpected generations {gen1}, {gen2}")
         return first, gen1, again
