@@ -5,9 +5,11 @@ from __future__ import annotations
 from .broker import Broker
 from .clock import Clock
 from .config import Config
+from .groups.runtime import GroupsRuntime
 
 
 def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     broker = Broker(cfg, clock)
     broker.add_component("topics", broker.topics)
+    broker.add_component("groups", GroupsRuntime(broker))
     return broker
