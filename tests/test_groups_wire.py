@@ -8,9 +8,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
-from coordinator.broker import Broker
 from protocol import codec
 from protocol.errors import ErrorCode
 from protocol.offsets_schema import partition_for
@@ -345,9 +342,6 @@ def test_describe_list_delete(broker: BrokerProcess) -> None:
     assert created and created[0]["partition"] == partition_for("dg", 50)
 
 
-@pytest.mark.skipif(
-    not hasattr(Broker, "begin_shutdown"), reason="needs the server's begin_shutdown hook (foundation branch)"
-)
 def test_parked_join_is_answered_not_coordinator_on_shutdown(broker: BrokerProcess) -> None:
     """A JoinGroup parked in PreparingRebalance is answered when the broker stops (§A.13)."""
     group = f"sd-{uuid.uuid4().hex[:6]}"
