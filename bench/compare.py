@@ -96,21 +96,36 @@ def produce_consume_msgs_per_s(ep: Endpoint, n: int, size: int = 100) -> float:
     return n / (time.perf_counter() - start)
 
 
-MEASUREMENTS: list[tuple[str, str, Callable[[Endpoint, bool], float], bool]] = [
-    # (name, unit, fn(endpoint, quick), higher_is_better)
-    ("heartbeat round trips/s", "rt/s", lambda ep, q: group_round_trips(ep, "heartbeat", 1.5 if q else 4.0), True),
-    ("offset-commit round trips/s", "rt/s", lambda ep, q: group_round_trips(ep, "commit", 1.5 if q else 4.0), True),
-    ("time to first assignment", "s", lambda ep, q: first_assignment_seconds(ep), False),
-    ("produce→consume", "msgs/s", lambda ep, q: produce_consume_msgs_per_s(ep, 20000 if q else 200000), True),
+NO_FSYNC = {"rallypoint.offsets.flush": "never"}
+
+MEASUREMENTS: list[tuple[str, str, Callable[[Endpoint, bool], float], bool, dict[str, str]]] = [
+    # (name, unit, fn(endpoint, quick), higher_is_better, rallypoint config)
+    ("heartbeat round trips/s", "rt/s", lambda ep, q: group_round_trips(ep, "heartbeat", 1.5 if q else 4.0), True, {}),
+    (
+        "offset-commit round trips/s (rallypoint durable: fsync before each answer, group commit)",
+        "rt/s",
+        lambda ep, q: group_round_trips(ep, "commit", 1.5 if q else 4.0),
+        True,
+        {},
+    ),
+    (
+        "offset-commit round trips/s (rallypoint.offsets.flush=never, like the mock: no fsync)",
+        "rt/s",
+        lambda ep, q: group_round_trips(ep, "commit", 1.5 if q else 4.0),
+        True,
+        NO_FSYNC,
+    ),
+    ("time to first assignment (one consumer, delay 0)", "s", lambda ep, q: first_assignment_seconds(ep), False, {}),
+    ("produce→consume", "msgs/s", lambda ep, q: produce_consume_msgs_per_s(ep, 20000 if q else 200000), True, {}),
 ]
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     runs = 2 if quick else 5
     rows: list[dict[str, Any]] = []
-    for name, unit, fn, higher in MEASUREMENTS:
+    for name, unit, fn, higher, rp_config in MEASUREMENTS:
         per_broker: dict[str, dict[str, float]] = {}
-        for starter in (rallypoint, mock_peer):
+        for starter in (lambda cfg=rp_config: rallypoint(cfg), mock_peer):
             with starter() as ep:  # type: ignore[operator]
                 per_broker[ep.name] = repeat(
                     lambda ep=ep, fn=fn: fn(ep, quick), 1 if "assignment" in name and not quick else runs

@@ -10,6 +10,9 @@
 * **Replay MiB/s**: start-up recovery (read, CRC-check, decode every record, rebuild state) of a
   partition of commit batches.
 * **Compaction MiB/s**: one cleaner pass over the same partition's closed segments.
+* **Through the broker**: OffsetCommit v8 requests (simple groups, one partition each) from
+  raw-protocol connections to a broker process with ``flush=always``, all groups on one
+  ``__consumer_offsets`` partition or spread.
 
 The data directory is a temporary directory on the file system of $TMPDIR.
 """
@@ -83,6 +86,63 @@ def durable(
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def _e2e(host: str, port: int, connections: int, seconds: float, same_partition: bool) -> float:
+    """OffsetCommit v8 requests/s (one partition each, simple groups) over ``connections``."""
+    from bench.loadgen import Conn
+
+    conns = [await Conn.open(host, port) for _ in range(connections)]
+    if same_partition:  # groups that all hash to __consumer_offsets-0
+        groups = [g for g in (f"e2e-{i}" for i in range(100_000)) if partition_for(g, PARTITIONS) == 0][:connections]
+    else:
+        groups = [f"e2e-{i}" for i in range(connections)]
+    stop = time.perf_counter() + seconds
+    done = [0]
+
+    async def run(c: Conn, group: str) -> None:
+        n = 0
+        while time.perf_counter() < stop:
+            n += 1
+            body = {
+                "group_id": group,
+                "generation_id_or_member_epoch": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                "topics": [{"name": "e2e", "partitions": [{"partition_index": 0, "committed_offset": n}]}],
+            }
+            r = await c.call(8, 8, body)
+            err = int(r.topics[0].partitions[0].error_code)
+            if err:
+                raise RuntimeError(f"OffsetCommit error {err}")
+            done[0] += 1
+
+    t0 = time.perf_counter()
+    try:
+        await asyncio.gather(*(run(c, g) for c, g in zip(conns, groups, strict=True)))
+    finally:
+        for c in conns:
+            c.close()
+    return done[0] / (time.perf_counter() - t0)
+
+
+def end_to_end(connections: int, seconds: float, same_partition: bool) -> float:
+    """Durable OffsetCommit requests/s through a broker process (flush=always)."""
+    from bench.common import rallypoint
+    from protocol import codec
+    from tests.support import WireClient
+
+    with rallypoint({"rallypoint.offsets.flush": "always"}) as ep:
+        with WireClient(ep.host, ep.port) as c:
+            body = {
+                "topics": [
+                    {"name": "e2e", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
+                ],
+                "timeout": 5000,
+                "validate_only": False,
+            }
+            assert codec.to_dict(c.call(19, 7, body))["topics"][0]["error_code"] == 0
+        return asyncio.run(_e2e(ep.host, ep.port, connections, seconds, same_partition))
 
 
 def _write_partition(pdir: Path, mib: int, keys: int, segment_bytes: int) -> int:
@@ -168,6 +228,12 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         notes.append(
             f"I/O threads {threads}: {s['appends_per_s']:,.0f} durable commits/s (200 committers, 50 partitions)"
         )
+    for conns, same in ((1, True), (50, True), (50, False)):
+        e2e = summarize([end_to_end(conns, seconds, same) for _ in range(runs)])
+        where = "one __consumer_offsets partition" if same else "50 partitions"
+        name = f"durable OffsetCommit requests/s through the broker, {conns} connection(s), {where}"
+        print(f"{name}: {e2e['median']:,.0f}/s", flush=True)
+        rows.append({"name": name, "unit": "requests/s", "stats": e2e})
     mib = 20 if quick else 100
     rc = [replay_and_compaction(mib) for _ in range(runs)]
     rows.append(

@@ -21,7 +21,6 @@ from typing import Any
 
 from . import config as config_mod
 from . import logs
-from .log.errors import OffsetsLogStartError
 
 # subcommand -> "module:function" taking argv (list[str]) and returning an exit code.
 SUBCOMMANDS: dict[str, str] = {
@@ -137,6 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or usage error (2)
         return int(e.code or 0)
     logs.configure(args.log_format, args.log_level)
+    from .log.errors import OffsetsLogStartError
+
     try:
         _run(serve(cfg))
     except (OSError, OffsetsLogStartError) as e:

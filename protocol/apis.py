@@ -36,6 +36,17 @@ SERVED_APIS: Final[dict[int, ApiRange]] = {
         ApiRange(22, "InitProducerId", 0, 6),
         ApiRange(23, "OffsetForLeaderEpoch", 2, 4),
         ApiRange(37, "CreatePartitions", 0, 3),
+        ApiRange(8, "OffsetCommit", 2, 9),
+        ApiRange(9, "OffsetFetch", 1, 9),
+        ApiRange(10, "FindCoordinator", 0, 6),
+        ApiRange(11, "JoinGroup", 0, 9),
+        ApiRange(12, "Heartbeat", 0, 4),
+        ApiRange(13, "LeaveGroup", 0, 5),
+        ApiRange(14, "SyncGroup", 0, 5),
+        ApiRange(15, "DescribeGroups", 0, 6),
+        ApiRange(16, "ListGroups", 0, 5),
+        ApiRange(42, "DeleteGroups", 0, 2),
+        ApiRange(47, "OffsetDelete", 0, 0),
     )
 }
 

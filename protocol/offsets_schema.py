@@ -11,6 +11,7 @@ and the Spark pipeline) and their encoders/decoders.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass, field
 from typing import Final
@@ -68,6 +69,7 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@functools.lru_cache(maxsize=65536)
 def partition_for(group_id: str, num_partitions: int) -> int:
     """Kafka's ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``.
 

@@ -132,11 +132,14 @@ def test_dump_unknown_keys_torn_tail_and_bad_paths(tmp_path: Path) -> None:
 def test_broker_creates_the_partition_directories(broker_factory: Callable[..., BrokerProcess]) -> None:
     b = broker_factory(config={"offsets.topic.num.partitions": "7"})
     assert b.stop() == 0
-    names = sorted(p.name for p in b.data_dir.iterdir() if p.name.startswith("__consumer_offsets"))
+    names = sorted(p.name for p in b.data_dir.iterdir() if p.name.startswith("__consumer_offsets-"))
     assert names == sorted(f"__consumer_offsets-{n}" for n in range(7))
     recovered = [e for e in b.events("offsets_log.recovered")]
     assert recovered and recovered[0]["partitions"] == 7
     b.start()  # restarts on the same directories
+    other = BrokerProcess(data_dir=b.data_dir, config={"offsets.topic.num.partitions": "7"})
+    with pytest.raises(RuntimeError, match="another rallypoint process is using the data directory"):
+        other.start()  # a second broker on the same data directory is refused
     assert b.stop() == 0
 
 
@@ -156,3 +159,16 @@ def test_broker_refuses_a_corrupt_offsets_log_with_a_clear_error(
     assert "__consumer_offsets-3/00000000000000000000.log is corrupt at byte 0" in text
     assert "CRC mismatch" in text and "rallypoint: error:" in text
     assert "listening" not in text
+
+
+def test_the_documented_reader_snippet_works(data: Path) -> None:
+    """docs/offsets-log-format.md §9: the standalone reader example runs and finds the commits."""
+    doc = (ROOT / "docs" / "offsets-log-format.md").read_text()
+    section = doc[doc.index("## 9. Reading the files yourself") :]
+    code = section[section.index("```python") + len("```python") : section.index("```", section.index("```python") + 9)]
+    scope: dict[str, object] = {"data_dir": str(data)}
+    exec(code, scope)
+    latest = scope["latest"]
+    assert isinstance(latest, dict)
+    assert latest[OffsetCommitKey("g", "orders", 0)] == (13, None)  # the tombstone is last
+    assert latest[OffsetCommitKey("g", "orders", 2)][1] == OffsetCommitValue(11, "meta", T0 + 11, 2)

@@ -109,7 +109,7 @@ async def test_append_then_restart_loads_every_partition(tmp_path: Path) -> None
     finally:
         await log2.stop()
     names = sorted(p.name for p in (tmp_path).iterdir())
-    assert names == ["__consumer_offsets-0", "__consumer_offsets-1", "__consumer_offsets-2"]
+    assert names == ["__consumer_offsets-0", "__consumer_offsets-1", "__consumer_offsets-2", "__consumer_offsets.lock"]
     assert [p.name for _b, p in list_segments(partition_dir(tmp_path, 0))] == ["00000000000000000000.log"]
 
 
@@ -611,3 +611,51 @@ def test_sigkill_mid_commit_storm_keeps_every_acknowledged_commit(tmp_path: Path
             recovered[key.partition] = value.offset
     missing = {c: (n, recovered.get(c)) for c, n in acked.items() if recovered.get(c, 0) < n}
     assert not missing, f"acknowledged commits lost: {missing}"
+
+
+async def test_log_order_is_call_order_without_waiting(tmp_path: Path) -> None:
+    """The groups runtime may start appends without awaiting the previous one: the log keeps
+    the order of the calls (and group commit can batch them)."""
+    log = make_log(tmp_path, num_partitions=1)
+    await log.start()
+    tasks = [asyncio.ensure_future(log.append(0, [commit("g", f"t{i}", 0, i)])) for i in range(100)]
+    await asyncio.gather(*tasks)
+    rounds = log.rounds
+    await log.stop()
+    topics = [decode_key(r.key or b"").topic for b in iter_file_batches(_segment(tmp_path)) for r in b.records]  # type: ignore[union-attr]
+    assert topics == [f"t{i}" for i in range(100)]
+    assert rounds < 10
+
+
+async def test_persist_error_codes(tmp_path: Path) -> None:
+    from protocol.errors import ErrorCode
+
+    log = make_log(tmp_path, num_partitions=1)
+    await log.start()
+    with pytest.raises(PersistError) as ei:
+        await log.append(5, [commit("g", "t", 0, 1)])
+    assert ei.value.error == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    with pytest.raises(PersistError) as ei:
+        await log.append(0, [(OffsetCommitKey("g", "t", 0), OffsetCommitValue(1, "x" * 40000, 0))])
+    assert ei.value.error == ErrorCode.UNKNOWN_SERVER_ERROR
+    await log.stop()
+    with pytest.raises(PersistError) as ei:
+        await log.append(0, [commit("g", "t", 0, 1)])
+    assert ei.value.error == ErrorCode.KAFKA_STORAGE_ERROR
+
+
+async def test_a_second_log_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    from coordinator.log.errors import OffsetsLogStartError
+
+    first = make_log(tmp_path)
+    await first.start()
+    second = make_log(tmp_path)
+    with pytest.raises(OffsetsLogStartError, match="another rallypoint process"):
+        await second.start()
+    await first.stop()
+    await second.start()  # released on stop
+    await second.append(0, [commit("g", "t", 0, 1)])
+    await second.stop()
+    await second.start()  # the same object restarts cleanly
+    assert second.next_offset(0) == 1
+    await second.stop()

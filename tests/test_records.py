@@ -199,3 +199,18 @@ def test_batches_round_trip_and_agree_with_kafka_python(
     assert list(batch.records) == recs
     [theirs] = _their_batches(raw, kprecord)
     assert theirs == [(r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers]) for r in recs]
+
+
+def test_the_documented_example_batch() -> None:
+    """docs/offsets-log-format.md §3 shows these exact bytes."""
+    from protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_record
+
+    entry = encode_record(OffsetCommitKey("g", "t", 0), OffsetCommitValue(5, "", 1000))
+    header = "0000000000000000 0000005c 00000000 02 b37c149a 0000 00000000 00000000000003e8 00000000000003e8"
+    header += " ffffffffffffffff ffff ffffffff 00000001"
+    record = " 54 00 00 00"  # length 42, attributes, timestamp delta, offset delta
+    record += " 18 0001 000167 000174 00000000"  # key: length 12, v1, "g", "t", partition 0
+    record += " 30 0003 0000000000000005 ffffffff 0000 00000000000003e8"  # value v3: 5, -1, "", 1000
+    record += " 00"  # no headers
+    want = bytes.fromhex((header + record).replace(" ", ""))
+    assert build_batch(0, [entry], 1000) == want

@@ -27,6 +27,17 @@ MODULES: dict[int, str] = {
     22: "init_producer_id",
     23: "offset_for_leader_epoch",
     37: "create_partitions",
+    8: "offset_commit",
+    9: "offset_fetch",
+    10: "find_coordinator",
+    11: "join_group",
+    12: "heartbeat",
+    13: "leave_group",
+    14: "sync_group",
+    15: "describe_groups",
+    16: "list_groups",
+    42: "delete_groups",
+    47: "offset_delete",
 }
 
 

@@ -26,6 +26,7 @@ PostgreSQL learnt): every later append to it raises PersistError until a restart
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import threading
 import time
@@ -39,6 +40,7 @@ from typing import Any
 from coordinator.clock import Clock, SystemClock
 from coordinator.groups.persist import PersistError
 from coordinator.logs import get as get_logger
+from protocol.errors import ErrorCode
 from protocol.offsets_schema import (
     GroupMetadataValue,
     Key,
@@ -58,6 +60,8 @@ from .segments import Segment, fsync_dir, partition_dir, segment_name
 log = get_logger("rallypoint.offsets_log")
 
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+LOCK_FILE = "__consumer_offsets.lock"
 
 Loader = Callable[[int, Mapping[str, GroupMetadataValue], Mapping[OffsetCommitKey, OffsetCommitValue]], None]
 
@@ -136,6 +140,7 @@ class OffsetsLog:
         self._stopping = False
         self._cleaner_stop = threading.Event()
         self._started = False
+        self._lock_fd: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # counters (tests and benchmarks read them)
         self.fsyncs = 0
@@ -176,6 +181,7 @@ class OffsetsLog:
         self._cleaner_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="offsets-cleaner")
         loop = asyncio.get_running_loop()
         self._loop = loop
+        self._parts = []
         try:
             replays = await loop.run_in_executor(self._io, self._recover_all)
         except OffsetsLogStartError as e:
@@ -239,8 +245,35 @@ class OffsetsLog:
             seconds=round(time.monotonic() - t0, 3),
         )
 
+    def _lock_data_dir(self) -> None:
+        """Hold an exclusive lock on ``<data.dir>/__consumer_offsets.lock`` while running: two
+        brokers appending to one log would corrupt it (Kafka locks its log dirs the same way)."""
+        path = self.data_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise OffsetsLogStartError(
+                f"{path} is locked: another rallypoint process is using the data directory {self.data_dir}"
+            ) from None
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the lock
+            self._lock_fd = None
+
     def _recover_all(self) -> list[Any]:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
+        try:
+            return self._recover_locked()
+        except BaseException:
+            self._unlock_data_dir()
+            raise
+
+    def _recover_locked(self) -> list[Any]:
         existing = check_partition_dirs(self.data_dir, self.num_partitions)
         created = False
         for n in range(self.num_partitions):
@@ -277,6 +310,7 @@ class OffsetsLog:
         if self._cleaner_io is not None:
             # a cleaning pass stops between segment groups (self._cleaner_stop)
             await loop.run_in_executor(None, self._cleaner_io.shutdown, True)
+        self._unlock_data_dir()
         self._started = False
         log.info("offsets_log.stopped", fsyncs=self.fsyncs, appends=self.appends)
 
@@ -297,11 +331,22 @@ class OffsetsLog:
 
     async def append(self, partition: int, records: Sequence[tuple[Key, Value | None]]) -> None:
         """Append ``records`` as one batch to ``__consumer_offsets-<partition>``; returns once
-        written (and fsynced when flush=always).  Raises PersistError on failure."""
+        written (and fsynced when flush=always).  Raises PersistError on failure.
+
+        Order: batches reach the log in the order ``append`` was *called* per partition (the
+        batch is queued before the first ``await``), so callers need not wait for one append
+        before starting the next — and should not, or group commit cannot batch them.
+        PersistError.error is KAFKA_STORAGE_ERROR for I/O failures (the log layer's error),
+        UNKNOWN_TOPIC_OR_PARTITION for a partition outside the topic, UNKNOWN_SERVER_ERROR for
+        records that cannot be encoded.
+        """
         if not self._started or self._stopping:
             raise PersistError("the offsets log is not running")
         if not 0 <= partition < self.num_partitions:
-            raise PersistError(f"no __consumer_offsets partition {partition} (there are {self.num_partitions})")
+            raise PersistError(
+                f"no __consumer_offsets partition {partition} (there are {self.num_partitions})",
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            )
         if not records:
             return
         part = self._parts[partition]
@@ -310,7 +355,8 @@ class OffsetsLog:
         try:
             entries = [encode_record(k, v) for k, v in records]
         except (OffsetsSchemaError, AttributeError, TypeError) as e:
-            raise PersistError(f"cannot encode records: {e}") from e
+            # Kafka's record serializer throws too (e.g. a string over 32767 bytes): an unknown error
+            raise PersistError(f"cannot encode records: {e}", ErrorCode.UNKNOWN_SERVER_ERROR) from e
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         part.queue.append(_Pending(entries, self.clock.now_ms(), fut))
         part.wake.set()

@@ -1,0 +1,318 @@
+"""What goes into the group state machine and what comes out of it: plain, immutable data.
+
+Requests are the group APIs' request bodies after the handler normalised them across
+versions (the machine still sees ``api_version`` where Kafka's semantics depend on it).
+Results are what a handler encodes back.  Effects are the machine's instructions to the
+runtime: respond to a parked request, arm or cancel a timer, persist records, log a state
+transition.  Nothing here does any I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from protocol.errors import ErrorCode
+
+from .persist import Record
+
+NONE = ErrorCode.NONE
+
+# ------------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True, slots=True)
+class Protocol:
+    """One (name, metadata) entry of a JoinGroup request; metadata is relayed byte-exact."""
+
+    name: str
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+    session_timeout_ms: int
+    rebalance_timeout_ms: int  # v0: the handler passes the session timeout (Kafka does the same)
+    protocol_type: str
+    protocols: tuple[Protocol, ...]
+    client_id: str
+    client_host: str
+    api_version: int
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: tuple[tuple[str, bytes], ...]
+    api_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveMember:
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveRequest:
+    group_id: str
+    members: tuple[LeaveMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitPartition:
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitTopic:
+    name: str
+    partitions: tuple[CommitPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRequest:
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    retention_time_ms: int  # -1 = broker default (always -1 from v5 on)
+    topics: tuple[CommitTopic, ...]
+    api_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchGroupRequest:
+    group_id: str
+    topics: tuple[tuple[str, tuple[int, ...]], ...] | None  # None = every committed offset
+
+
+@dataclass(frozen=True, slots=True)
+class FetchRequest:
+    groups: tuple[FetchGroupRequest, ...]
+    require_stable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteRequest:
+    group_id: str
+    topics: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+# -------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class JoinMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: ErrorCode
+    member_id: str = ""
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    members: tuple[JoinMember, ...] = ()
+    skip_assignment: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    error: ErrorCode
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveMemberResult:
+    member_id: str
+    group_instance_id: str | None
+    error: ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveResult:
+    error: ErrorCode
+    members: tuple[LeaveMemberResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicErrors:
+    name: str
+    partitions: tuple[tuple[int, ErrorCode], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    topics: tuple[TopicErrors, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPartition:
+    partition: int
+    offset: int = -1
+    leader_epoch: int = -1
+    metadata: str = ""
+    error: ErrorCode = NONE
+
+
+@dataclass(frozen=True, slots=True)
+class FetchTopic:
+    name: str
+    partitions: tuple[FetchPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchGroupResult:
+    group_id: str
+    error: ErrorCode = NONE
+    topics: tuple[FetchTopic, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    groups: tuple[FetchGroupResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetDeleteResult:
+    error: ErrorCode
+    topics: tuple[TopicErrors, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes = b""
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    group_id: str
+    error: ErrorCode = NONE
+    error_message: str | None = None
+    state: str = ""
+    protocol_type: str = ""
+    protocol_data: str = ""
+    members: tuple[DescribedMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeResult:
+    groups: tuple[DescribedGroup, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str = "classic"
+
+
+@dataclass(frozen=True, slots=True)
+class ListResult:
+    error: ErrorCode
+    groups: tuple[ListedGroup, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupsResult:
+    results: tuple[tuple[str, ErrorCode], ...]
+
+
+# -------------------------------------------------------------------------------- effects
+
+TimerKey: TypeAlias = tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Respond:
+    """Release the request parked under ``token`` with ``result``."""
+
+    token: int
+    result: object
+
+
+@dataclass(frozen=True, slots=True)
+class ArmTimer:
+    """(Re)arm the timer ``key`` to fire at ``deadline_ms`` (replaces an armed one)."""
+
+    key: TimerKey
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTimer:
+    key: TimerKey
+
+
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """Append ``records`` as one batch to ``__consumer_offsets`` partition ``partition``, then
+    report back with ``GroupMachine.persist_done(persist_id, error, now_ms)``."""
+
+    persist_id: int
+    partition: int
+    records: tuple[Record, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A group changed state (the runtime logs one structured event per transition)."""
+
+    group_id: str
+    partition: int
+    from_state: str
+    to_state: str
+    generation: int
+    leader: str | None
+    members: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    """Something worth a log line (member added/removed, group created/loaded, ...)."""
+
+    event: str
+    fields: dict[str, object] = field(default_factory=dict)
+
+
+Effect: TypeAlias = Respond | ArmTimer | CancelTimer | Persist | Transition | Note

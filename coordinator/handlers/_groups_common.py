@@ -1,0 +1,49 @@
+"""Helpers shared by the group handlers (KafkaApis-level checks done before the coordinator)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from protocol.errors import ErrorCode
+
+from ..groups.events import TopicErrors
+from ..groups.runtime import GroupsRuntime
+
+
+def runtime(ctx: Any) -> GroupsRuntime:
+    rt = ctx.broker.parts["groups"]
+    assert isinstance(rt, GroupsRuntime)
+    return rt
+
+
+def client_host(ctx: Any) -> str:
+    """Kafka records ``InetAddress.toString()`` of the client: "/127.0.0.1"."""
+    return "/" + ctx.client_host
+
+
+def partition_exists(ctx: Any, topic: str, partition: int) -> bool:
+    t = ctx.broker.topics.get(topic)
+    return t is not None and 0 <= partition < t.num_partitions
+
+
+class TopicErrorsBuilder:
+    """Kafka's ``OffsetCommitResponse.Builder``/``OffsetDeleteResponse.Builder``: errors found
+    before the coordinator (unknown topics/partitions) first, then the coordinator's, merged
+    per topic name."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, list[tuple[int, ErrorCode]]] = {}
+
+    def add(self, topic: str, partition: int, error: ErrorCode) -> None:
+        self.topics.setdefault(topic, []).append((partition, error))
+
+    def merge(self, results: Iterable[TopicErrors]) -> None:
+        for t in results:
+            self.topics.setdefault(t.name, []).extend(t.partitions)
+
+    def as_list(self) -> list[dict[str, Any]]:
+        return [
+            {"name": name, "partitions": [{"partition_index": p, "error_code": e} for p, e in parts]}
+            for name, parts in self.topics.items()
+        ]

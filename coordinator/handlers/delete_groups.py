@@ -1,0 +1,17 @@
+"""DeleteGroups (42), v0-2 (§A.11): only Empty groups; tombstones before the answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._groups_common import runtime
+
+API_KEY = 42
+
+
+async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+    result = await runtime(ctx).delete_groups(request.groups_names)
+    return {
+        "throttle_time": 0,
+        "results": [{"group_id": gid, "error_code": err} for gid, err in result.results],
+    }

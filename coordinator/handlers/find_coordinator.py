@@ -1,0 +1,80 @@
+"""FindCoordinator (10), v0-6: we are the only broker, so we coordinate every group (§A.12).
+
+Like Kafka, the ``__consumer_offsets`` topic is created on first use and that first answer is
+COORDINATOR_NOT_AVAILABLE (``KafkaApis.getCoordinator``).  Kafka does not validate the key here
+(an empty group id has a coordinator too; the group APIs answer INVALID_GROUP_ID).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.errors import ErrorCode
+
+from ..topics.store import OFFSETS_TOPIC
+from ._groups_common import runtime
+
+API_KEY = 10
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+KEY_TYPE_SHARE = 2
+
+# Errors.java default messages (used in v0-3 answers and for a bad key type).
+_MESSAGES = {
+    ErrorCode.NONE: "NONE",
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
+    ErrorCode.INVALID_REQUEST: "This most likely occurs because of a request being malformed by the client "
+    "library or the message was sent to an incompatible broker. See the broker logs for more details.",
+}
+
+
+def _coordinator(ctx: Any, key_type: int, key: str) -> ErrorCode:
+    broker = ctx.broker
+    if key_type == KEY_TYPE_GROUP:
+        if broker.topics.get(OFFSETS_TOPIC) is None:
+            n = runtime(ctx).config.num_partitions
+            broker.topics.create(OFFSETS_TOPIC, n, is_internal=True)
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
+    if key_type == KEY_TYPE_TRANSACTION:
+        # rallypoint has no transaction coordinator: Kafka answers COORDINATOR_NOT_AVAILABLE
+        # while __transaction_state has no available leader, so that is what clients get.
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    # Share groups (2): Kafka answers INVALID_REQUEST below v6 and when no share coordinator
+    # runs; unknown key types fail as an invalid request.
+    return ErrorCode.INVALID_REQUEST
+
+
+async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+    version = ctx.api_version
+    broker = ctx.broker
+    key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))
+    known_type = key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE)
+    if version >= 4:
+        coordinators = []
+        for key in request.coordinator_keys:
+            err = _coordinator(ctx, key_type, key)
+            ok = err == ErrorCode.NONE
+            coordinators.append(
+                {
+                    "key": key,
+                    "node_id": broker.node_id if ok else -1,
+                    "host": broker.advertised_host if ok else "",
+                    "port": broker.advertised_port if ok else -1,
+                    "error_code": err,
+                    # per-key errors carry no message, except a request-level failure
+                    "error_message": None if known_type else _MESSAGES[err],
+                }
+            )
+        return {"throttle_time": 0, "coordinators": coordinators}
+    err = _coordinator(ctx, key_type, request.key)
+    ok = err == ErrorCode.NONE
+    return {
+        "throttle_time": 0,
+        "error_code": err,
+        "error_message": _MESSAGES[err],
+        "node_id": broker.node_id if ok else -1,
+        "host": broker.advertised_host if ok else "",
+        "port": broker.advertised_port if ok else -1,
+    }

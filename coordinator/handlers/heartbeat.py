@@ -1,0 +1,22 @@
+"""Heartbeat (12), v0-4 (§A.5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..groups.events import HeartbeatRequest
+from ._groups_common import runtime
+
+API_KEY = 12
+
+
+async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+    result = await runtime(ctx).heartbeat(
+        HeartbeatRequest(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+        )
+    )
+    return {"throttle_time": 0, "error_code": result.error}

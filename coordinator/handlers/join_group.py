@@ -1,0 +1,54 @@
+"""JoinGroup (11), v0-9 (§A.3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.codec import ms
+
+from ..groups.events import JoinRequest, Protocol
+from ._groups_common import client_host, runtime
+
+API_KEY = 11
+
+
+async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+    version = ctx.api_version
+    session = ms(request.session_timeout)
+    # v0 has no rebalance timeout: Kafka uses the session timeout (maybeOverrideRebalanceTimeout).
+    rebalance = ms(request.rebalance_timeout) if version >= 1 else session
+    result = await runtime(ctx).join(
+        JoinRequest(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            session_timeout_ms=session,
+            rebalance_timeout_ms=rebalance,
+            protocol_type=request.protocol_type,
+            protocols=tuple(Protocol(p.name, bytes(p.metadata)) for p in request.protocols),
+            client_id=ctx.client_id or "",
+            client_host=client_host(ctx),
+            api_version=version,
+            reason=getattr(request, "reason", None),
+        )
+    )
+    protocol_name = result.protocol_name
+    # JoinGroupResponse: before v7 a null protocol name is sent as ""; from v7 "" becomes null.
+    if version < 7 and protocol_name is None:
+        protocol_name = ""
+    elif version >= 7 and protocol_name == "":
+        protocol_name = None
+    return {
+        "throttle_time": 0,
+        "error_code": result.error,
+        "generation_id": result.generation_id,
+        "protocol_type": result.protocol_type,
+        "protocol_name": protocol_name,
+        "leader": result.leader,
+        "skip_assignment": result.skip_assignment,
+        "member_id": result.member_id,
+        "members": [
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "metadata": m.metadata}
+            for m in result.members
+        ],
+    }

@@ -1,0 +1,38 @@
+"""LeaveGroup (13), v0-5 (§A.6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.errors import ErrorCode
+
+from ..groups.events import LeaveMember, LeaveRequest
+from ._groups_common import runtime
+
+API_KEY = 13
+
+
+async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+    version = ctx.api_version
+    if version < 3:
+        # LeaveGroupRequest.normalizedData: one member
+        members: tuple[LeaveMember, ...] = (LeaveMember(request.member_id),)
+    else:
+        members = tuple(
+            LeaveMember(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in request.members
+        )
+    result = await runtime(ctx).leave(LeaveRequest(request.group_id, members))
+    if version < 3:
+        # LeaveGroupResponse.getError: the top-level error, else the first member error.
+        error = result.error
+        if error == ErrorCode.NONE:
+            error = next((m.error for m in result.members if m.error != ErrorCode.NONE), ErrorCode.NONE)
+        return {"throttle_time": 0, "error_code": error}
+    return {
+        "throttle_time": 0,
+        "error_code": result.error,
+        "members": [
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id, "error_code": m.error}
+            for m in result.members
+        ],
+    }

@@ -1,0 +1,59 @@
+"""OffsetCommit (8), v2-9 (§A.9).
+
+Unknown topics and partitions are answered UNKNOWN_TOPIC_OR_PARTITION before the coordinator
+is asked (``KafkaApis.handleOffsetCommitRequest``); a request with nothing valid left never
+reaches the group.  v10 (topic ids, KIP-848) is not served.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.codec import ms
+from protocol.errors import ErrorCode
+
+from ..groups.events import CommitPartition, CommitRequest, CommitTopic
+from ._groups_common import TopicErrorsBuilder, partition_exists, runtime
+
+API_KEY = 8
+
+
+async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+    version = ctx.api_version
+    out = TopicErrorsBuilder()
+    valid: list[CommitTopic] = []
+    for t in request.topics:
+        if ctx.broker.topics.get(t.name) is None:
+            for p in t.partitions:
+                out.add(t.name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            continue
+        parts = []
+        for p in t.partitions:
+            if partition_exists(ctx, t.name, p.partition_index):
+                parts.append(
+                    CommitPartition(
+                        p.partition_index,
+                        p.committed_offset,
+                        int(getattr(p, "committed_leader_epoch", -1)),
+                        p.committed_metadata,
+                    )
+                )
+            else:
+                out.add(t.name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if parts:
+            valid.append(CommitTopic(t.name, tuple(parts)))
+    if valid:
+        retention = getattr(request, "retention_time", None)
+        result = await runtime(ctx).commit_offsets(
+            CommitRequest(
+                group_id=request.group_id,
+                generation_id=request.generation_id_or_member_epoch,
+                member_id=request.member_id,
+                group_instance_id=getattr(request, "group_instance_id", None),
+                retention_time_ms=ms(retention) if retention is not None else -1,
+                topics=tuple(valid),
+                api_version=version,
+            )
+        )
+        out.merge(result.topics)
+    return {"throttle_time": 0, "topics": out.as_list()}

@@ -1,0 +1,32 @@
+"""SyncGroup (14), v0-5 (§A.4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..groups.events import SyncRequest
+from ._groups_common import runtime
+
+API_KEY = 14
+
+
+async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+    result = await runtime(ctx).sync(
+        SyncRequest(
+            group_id=request.group_id,
+            generation_id=request.generation_id,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            protocol_type=getattr(request, "protocol_type", None),
+            protocol_name=getattr(request, "protocol_name", None),
+            assignments=tuple((a.member_id, bytes(a.assignment)) for a in request.assignments),
+            api_version=ctx.api_version,
+        )
+    )
+    return {
+        "throttle_time": 0,
+        "error_code": result.error,
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol_name,
+        "assignment": result.assignment,
+    }

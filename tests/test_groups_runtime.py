@@ -1,0 +1,235 @@
+"""The asyncio runtime around the state machine: acknowledge-after-write through the
+``offsets_log`` hook, append order, error mapping, timers, transition logs, loading."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+
+from coordinator import config
+from coordinator.assemble import build_broker
+from coordinator.broker import Broker
+from coordinator.groups.events import (
+    CommitPartition,
+    CommitRequest,
+    CommitTopic,
+    FetchGroupRequest,
+    FetchRequest,
+    HeartbeatRequest,
+    JoinRequest,
+    Protocol,
+    SyncRequest,
+)
+from coordinator.groups.persist import PersistError, Record
+from coordinator.groups.runtime import GroupsRuntime
+from protocol.errors import ErrorCode
+from protocol.offsets_schema import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    MemberMetadata,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    partition_for,
+)
+
+E = ErrorCode
+META = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
+
+
+class FakeLog:
+    """An offsets log whose appends block until released (or fail)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, tuple[Record, ...]]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.fail: PersistError | None = None
+        self.active = 0
+        self.max_active = 0
+
+    async def append(self, partition: int, records: Sequence[Record]) -> None:
+        self.calls.append((partition, tuple(records)))
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            await self.gate.wait()
+            if self.fail is not None:
+                raise self.fail
+        finally:
+            self.active -= 1
+
+
+async def started(tmp_path: Path, log: FakeLog | None = None, **cfg: str) -> GroupsRuntime:
+    """A broker with only the groups runtime (and the fake log, if any), started."""
+    overrides = {"data.dir": str(tmp_path), "group.min.session.timeout.ms": "100", **cfg}
+    broker = Broker(config.load(overrides, env={}))
+    rt = GroupsRuntime(broker)
+    broker.add_component("groups", rt)
+    if log is not None:
+        broker.parts["offsets_log"] = log
+    await rt.start()
+    return rt
+
+
+def test_the_broker_registers_the_groups_runtime(tmp_path: Path) -> None:
+    broker = build_broker(config.load({"data.dir": str(tmp_path)}, env={}))
+    assert isinstance(broker.parts["groups"], GroupsRuntime)
+
+
+def commit_req(group: str, offset: int, generation: int = -1, member: str = "") -> CommitRequest:
+    return CommitRequest(group, generation, member, None, -1, (CommitTopic("t", (CommitPartition(0, offset),)),), 8)
+
+
+def join_req(group: str, member: str = "", session: int = 10_000) -> JoinRequest:
+    return JoinRequest(group, member, None, session, session, "consumer", (Protocol("range", META),), "c", "/h", 3)
+
+
+async def test_commit_is_answered_only_after_the_append(tmp_path: Path) -> None:
+    log = FakeLog()
+    rt = await started(tmp_path, log)
+    log.gate.clear()
+    task = asyncio.create_task(rt.commit_offsets(commit_req("g", 5)))
+    await asyncio.sleep(0.05)
+    assert not task.done()
+    ((partition, records),) = log.calls
+    assert partition == partition_for("g", 50)
+    (key, value) = records[0]
+    assert key == OffsetCommitKey("g", "t", 0) and isinstance(value, OffsetCommitValue) and value.offset == 5
+    fetched = await rt.fetch_offsets(FetchRequest((FetchGroupRequest("g", (("t", (0,)),)),)))
+    assert fetched.groups[0].topics[0].partitions[0].offset == -1  # not visible before the write
+    log.gate.set()
+    result = await asyncio.wait_for(task, 5)
+    assert result.topics[0].partitions == ((0, E.NONE),)
+    fetched = await rt.fetch_offsets(FetchRequest((FetchGroupRequest("g", (("t", (0,)),)),)))
+    assert fetched.groups[0].topics[0].partitions[0].offset == 5
+    await rt.stop()
+
+
+async def test_appends_reach_the_log_in_order_without_waiting_for_each_other(tmp_path: Path) -> None:
+    """The runtime hands every batch to the log at once, in the machine's order: the log
+    keeps call order per partition, and concurrent appends can then share one fsync."""
+    log = FakeLog()
+    rt = await started(tmp_path, log)
+    log.gate.clear()
+    tasks = [asyncio.create_task(rt.commit_offsets(commit_req("g", i))) for i in range(5)]
+    await asyncio.sleep(0.05)
+    assert [c[1][0][1].offset for c in log.calls] == [0, 1, 2, 3, 4]  # type: ignore[union-attr]
+    assert not any(t.done() for t in tasks)  # none answered before its write
+    log.gate.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert log.max_active == 5
+    await rt.stop()
+
+
+@pytest.mark.parametrize(
+    ("storage_error", "client_error"),
+    [
+        (E.KAFKA_STORAGE_ERROR, E.NOT_COORDINATOR),
+        (E.NOT_ENOUGH_REPLICAS, E.COORDINATOR_NOT_AVAILABLE),
+        (E.RECORD_LIST_TOO_LARGE, E.UNKNOWN_SERVER_ERROR),
+    ],
+)
+async def test_append_failures_are_mapped(tmp_path: Path, storage_error: ErrorCode, client_error: ErrorCode) -> None:
+    log = FakeLog()
+    log.fail = PersistError("disk on fire", storage_error)
+    rt = await started(tmp_path, log)
+    result = await asyncio.wait_for(rt.commit_offsets(commit_req("g", 1)), 5)
+    assert result.topics[0].partitions == ((0, client_error),)
+    await rt.stop()
+
+
+async def test_leader_sync_waits_for_the_group_record(tmp_path: Path) -> None:
+    log = FakeLog()
+    rt = await started(tmp_path, log)
+    joined = await asyncio.wait_for(rt.join(join_req("g")), 5)  # v3: no MEMBER_ID_REQUIRED
+    assert joined.error == E.NONE and joined.generation_id == 1
+    log.gate.clear()
+    sync = asyncio.create_task(
+        rt.sync(SyncRequest("g", 1, joined.member_id, None, None, None, ((joined.member_id, b"A"),), 3))
+    )
+    await asyncio.sleep(0.05)
+    assert not sync.done()
+    key, value = log.calls[-1][1][0]
+    assert key == GroupMetadataKey("g") and isinstance(value, GroupMetadataValue)
+    assert [(m.member_id, m.assignment) for m in value.members] == [(joined.member_id, b"A")]
+    log.gate.set()
+    assert (await asyncio.wait_for(sync, 5)).assignment == b"A"
+    await rt.stop()
+
+
+async def test_heartbeats_keep_one_timer_handle_and_the_session_expires_on_time(tmp_path: Path) -> None:
+    rt = await started(tmp_path)
+    joined = await asyncio.wait_for(rt.join(join_req("g", session=300)), 5)
+    s = await rt.sync(SyncRequest("g", 1, joined.member_id, None, None, None, ((joined.member_id, b""),), 3))
+    assert s.error == E.NONE
+    key = ("heartbeat", "g", joined.member_id)
+    handles = []
+    for _ in range(10):
+        await asyncio.sleep(0.1)
+        hb = await rt.heartbeat(HeartbeatRequest("g", 1, joined.member_id))
+        assert hb.error == E.NONE
+        handles.append(rt._timers[key].handle)
+    # 1 s of heartbeats every 100 ms kept a 300 ms session alive; a heartbeat only moves the
+    # deadline: the handle is re-scheduled when it fires early (about every 300 ms), not per heartbeat
+    distinct = len({id(h) for h in handles})
+    assert distinct <= 5, distinct
+    assert rt.machine.groups["g"].state.value == "Stable"
+    await asyncio.sleep(0.5)
+    assert rt.machine.groups["g"].state.value == "Empty"  # expired, rebalanced, empty
+    await rt.stop()
+
+
+async def test_state_transitions_are_logged(tmp_path: Path) -> None:
+    rt = await started(tmp_path)
+    with structlog.testing.capture_logs() as logs:
+        joined = await asyncio.wait_for(rt.join(join_req("logged")), 5)
+        await rt.sync(SyncRequest("logged", 1, joined.member_id, None, None, None, (), 3))
+    events = [e for e in logs if e["event"] == "group state transition"]
+    assert [(e["from"], e["to"], e["generation"], e["members"]) for e in events] == [
+        ("Empty", "PreparingRebalance", 0, 1),
+        ("PreparingRebalance", "CompletingRebalance", 1, 1),
+        ("CompletingRebalance", "Stable", 1, 1),
+    ]
+    assert all(e["group"] == "logged" and e["leader"] == joined.member_id and e["reason"] for e in events)
+    await rt.stop()
+
+
+async def test_load_installs_groups_and_arms_their_sessions(tmp_path: Path) -> None:
+    rt = await started(tmp_path)
+    member = MemberMetadata("m1", None, "c", "/h", 1000, 300, META, b"A")
+    value = GroupMetadataValue("consumer", 4, "range", "m1", 1, (member,))
+    offsets: dict[Any, Any] = {OffsetCommitKey("loaded", "t", 0): OffsetCommitValue(9, "", 1)}
+    rt.load(partition_for("loaded", 50), {"loaded": value}, offsets)
+    assert rt.machine.groups["loaded"].state.value == "Stable"
+    sync = await rt.sync(SyncRequest("loaded", 4, "m1", None, None, None, (), 3))
+    assert sync.assignment == b"A"
+    await asyncio.sleep(0.5)  # nobody heartbeats: the loaded member expires after its session
+    assert "m1" not in rt.machine.groups["loaded"].members
+    await rt.stop()
+
+
+async def test_deleted_topics_lose_their_offsets(tmp_path: Path) -> None:
+    log = FakeLog()
+    rt = await started(tmp_path, log)
+    await rt.commit_offsets(commit_req("g", 3))
+    rt.on_topics_deleted(["t"])
+    await asyncio.sleep(0.05)
+    assert log.calls[-1][1] == ((OffsetCommitKey("g", "t", 0), None),)
+    fetched = await rt.fetch_offsets(FetchRequest((FetchGroupRequest("g", None),)))
+    assert fetched.groups[0].topics == ()
+    await rt.stop()
+
+
+async def test_parked_join_is_answered_on_shutdown(tmp_path: Path) -> None:
+    rt = await started(tmp_path, **{"group.initial.rebalance.delay.ms": "60000"})
+    task = asyncio.create_task(rt.join(join_req("g")))
+    await asyncio.sleep(0.05)
+    assert not task.done()
+    await rt.begin_shutdown()
+    assert (await asyncio.wait_for(task, 1)).error == E.NOT_COORDINATOR
+    await rt.stop()
