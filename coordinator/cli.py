@@ -3,6 +3,7 @@
     rallypoint --host 127.0.0.1 --port 9092 --data-dir DIR --advertised-host H \
                --config key=value ... [--log-format console|json] [--log-level info]
     rallypoint probe --host H --port P          # one ApiVersions round trip, exit 0/1
+    rallypoint dump-log PATH [--json]           # print __consumer_offsets segments decoded
 
 Exit code 2 for bad arguments or configuration, before anything listens.
 """
@@ -24,6 +25,7 @@ from . import logs
 # subcommand -> "module:function" taking argv (list[str]) and returning an exit code.
 SUBCOMMANDS: dict[str, str] = {
     "probe": "coordinator.probe:main",
+    "dump-log": "coordinator.log.dump:main",
 }
 
 
@@ -133,9 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse: --help (0) or usage error (2)
         return int(e.code or 0)
     logs.configure(args.log_format, args.log_level)
+    from .log.errors import OffsetsLogStartError
+
     try:
         _run(serve(cfg))
-    except OSError as e:
+    except (OSError, OffsetsLogStartError) as e:
         print(f"rallypoint: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

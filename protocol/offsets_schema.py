@@ -11,7 +11,9 @@ and the Spark pipeline) and their encoders/decoders.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
+from typing import Final
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,3 +75,422 @@ def partition_for(group_id: str, num_partitions: int) -> int:
     """
     h = java_string_hash(group_id)
     return (h & 0x7FFFFFFF if h != -(1 << 31) else 0) % num_partitions
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding and decoding (spec §B.1, §B.2; Kafka's generated *Key/*Value message classes).
+#
+# Every key and value is "version-prefixed": int16 version, then the struct.  Non-flexible
+# versions use Kafka's classic encoding (STRING int16 length + UTF-8, NULLABLE_STRING length -1
+# for null, BYTES int32 length, ARRAY int32 count); flexible versions (values v4) use compact
+# lengths (unsigned varint length + 1, 0 = null) and end every struct with tagged fields
+# (unsigned varint count, then tag/size/bytes per field; unknown tags are skipped, as Kafka's
+# readers keep them aside as ``_unknownTaggedFields``).  Trailing bytes after a struct are
+# ignored, as Kafka's readers do.
+
+OFFSET_COMMIT_KEY_VERSIONS: Final = (0, 1)
+GROUP_METADATA_KEY_VERSION: Final = 2
+OFFSET_COMMIT_VALUE_VERSIONS: Final = (0, 1, 2, 3, 4)
+GROUP_METADATA_VALUE_VERSIONS: Final = (0, 1, 2, 3, 4)
+FLEXIBLE_VALUE_VERSION: Final = 4
+
+# What Kafka's writers emit (MetadataVersion.offsetCommitValueVersion / groupMetadataValueVersion).
+WRITE_OFFSET_COMMIT_KEY_VERSION: Final = 1
+WRITE_OFFSET_COMMIT_VALUE_VERSION: Final = 3
+WRITE_OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY: Final = 1
+WRITE_GROUP_METADATA_VALUE_VERSION: Final = 3
+
+Key = OffsetCommitKey | GroupMetadataKey
+Value = OffsetCommitValue | GroupMetadataValue
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+class OffsetsSchemaError(ValueError):
+    """Bytes that are not a valid key or value of the versions we know."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownKey:
+    """A key whose version is not an offset commit (0-1) or group metadata (2) key: KIP-848 and
+    share-group records (3-15) or newer.  Readers skip these records, as Kafka's Scala loader
+    does (``UnknownKey``, GroupMetadataManager.scala)."""
+
+    version: int
+    raw: bytes
+
+
+class _Writer:
+    __slots__ = ("buf", "flexible")
+
+    def __init__(self, version: int, flexible: bool = False) -> None:
+        self.buf = bytearray(_I16.pack(version))
+        self.flexible = flexible
+
+    def uvarint(self, n: int) -> None:
+        while n > 0x7F:
+            self.buf.append((n & 0x7F) | 0x80)
+            n >>= 7
+        self.buf.append(n)
+
+    def int16(self, n: int) -> None:
+        self.buf += _I16.pack(n)
+
+    def int32(self, n: int) -> None:
+        self.buf += _I32.pack(n)
+
+    def int64(self, n: int) -> None:
+        self.buf += _I64.pack(n)
+
+    def string(self, s: str) -> None:
+        raw = s.encode("utf-8")
+        if self.flexible:
+            self.uvarint(len(raw) + 1)
+        else:
+            if len(raw) > 0x7FFF:
+                raise OffsetsSchemaError(f"string of {len(raw)} bytes is longer than 32767")
+            self.int16(len(raw))
+        self.buf += raw
+
+    def nullable_string(self, s: str | None) -> None:
+        if s is None:
+            if self.flexible:
+                self.uvarint(0)
+            else:
+                self.int16(-1)
+        else:
+            self.string(s)
+
+    def bytes_(self, b: bytes) -> None:
+        if self.flexible:
+            self.uvarint(len(b) + 1)
+        else:
+            self.int32(len(b))
+        self.buf += b
+
+    def array_length(self, n: int) -> None:
+        if self.flexible:
+            self.uvarint(n + 1)
+        else:
+            self.int32(n)
+
+    def tagged_fields(self) -> None:
+        if self.flexible:
+            self.uvarint(0)
+
+    def done(self) -> bytes:
+        return bytes(self.buf)
+
+
+class _Reader:
+    __slots__ = ("buf", "flexible", "pos")
+
+    def __init__(self, buf: bytes, pos: int = 2, flexible: bool = False) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.flexible = flexible
+
+    def _take(self, n: int) -> bytes:
+        end = self.pos + n
+        if n < 0 or end > len(self.buf):
+            raise OffsetsSchemaError(f"truncated: need {n} bytes at {self.pos}, have {len(self.buf) - self.pos}")
+        out = self.buf[self.pos : end]
+        self.pos = end
+        return out
+
+    def uvarint(self) -> int:
+        result = 0
+        shift = 0
+        while True:
+            if self.pos >= len(self.buf):
+                raise OffsetsSchemaError("truncated varint")
+            b = self.buf[self.pos]
+            self.pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return result
+            shift += 7
+            if shift > 28:
+                raise OffsetsSchemaError("varint longer than 5 bytes")
+
+    def int16(self) -> int:
+        return int(_I16.unpack(self._take(2))[0])
+
+    def int32(self) -> int:
+        return int(_I32.unpack(self._take(4))[0])
+
+    def int64(self) -> int:
+        return int(_I64.unpack(self._take(8))[0])
+
+    def _str_len(self) -> int:
+        return self.uvarint() - 1 if self.flexible else self.int16()
+
+    def _decode(self, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise OffsetsSchemaError(f"invalid UTF-8 in string: {e}") from None
+
+    def string(self) -> str:
+        n = self._str_len()
+        if n < 0:
+            raise OffsetsSchemaError("null in a non-nullable string")
+        return self._decode(self._take(n))
+
+    def nullable_string(self) -> str | None:
+        n = self._str_len()
+        if n < 0:
+            return None
+        return self._decode(self._take(n))
+
+    def bytes_(self) -> bytes:
+        n = self.uvarint() - 1 if self.flexible else self.int32()
+        if n < 0:
+            raise OffsetsSchemaError("null in a non-nullable bytes field")
+        return self._take(n)
+
+    def array_length(self) -> int:
+        n = self.uvarint() - 1 if self.flexible else self.int32()
+        if n < 0:
+            raise OffsetsSchemaError("null in a non-nullable array")
+        if n > len(self.buf) - self.pos:  # every element takes at least one byte
+            raise OffsetsSchemaError(f"array of {n} elements cannot fit in {len(self.buf) - self.pos} bytes")
+        return n
+
+    def skip_tagged_fields(self) -> None:
+        if not self.flexible:
+            return
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self._take(self.uvarint())
+
+
+def record_version(data: bytes) -> int:
+    """The int16 version prefix of a key or value."""
+    if len(data) < 2:
+        raise OffsetsSchemaError(f"{len(data)} bytes: too short for a version prefix")
+    return int(_I16.unpack_from(data, 0)[0])
+
+
+# --- keys ------------------------------------------------------------------------------------
+
+
+def encode_offset_commit_key(key: OffsetCommitKey, version: int = WRITE_OFFSET_COMMIT_KEY_VERSION) -> bytes:
+    if version not in OFFSET_COMMIT_KEY_VERSIONS:
+        raise OffsetsSchemaError(f"OffsetCommitKey has no version {version}")
+    w = _Writer(version)
+    w.string(key.group)
+    w.string(key.topic)
+    w.int32(key.partition)
+    return w.done()
+
+
+def encode_group_metadata_key(key: GroupMetadataKey, version: int = GROUP_METADATA_KEY_VERSION) -> bytes:
+    if version != GROUP_METADATA_KEY_VERSION:
+        raise OffsetsSchemaError(f"GroupMetadataKey has no version {version}")
+    w = _Writer(version)
+    w.string(key.group)
+    return w.done()
+
+
+def encode_key(key: Key) -> bytes:
+    """The key bytes Kafka writes: OffsetCommitKey v1 or GroupMetadataKey v2."""
+    if isinstance(key, OffsetCommitKey):
+        return encode_offset_commit_key(key)
+    return encode_group_metadata_key(key)
+
+
+def _classic_string(data: bytes, pos: int) -> tuple[str, int]:
+    """A non-nullable classic STRING at ``pos`` (the fast path of the hot decoders)."""
+    if pos + 2 > len(data):
+        raise OffsetsSchemaError(f"truncated: string length at {pos}")
+    n = (data[pos] << 8) | data[pos + 1]
+    if n & 0x8000:
+        raise OffsetsSchemaError("null in a non-nullable string")
+    start = pos + 2
+    end = start + n
+    if end > len(data):
+        raise OffsetsSchemaError(f"truncated: need {n} bytes at {start}, have {len(data) - start}")
+    try:
+        return data[start:end].decode("utf-8"), end
+    except UnicodeDecodeError as e:
+        raise OffsetsSchemaError(f"invalid UTF-8 in string: {e}") from None
+
+
+def decode_key(data: bytes) -> Key | UnknownKey:
+    """Decode a ``__consumer_offsets`` key; unknown key versions give :class:`UnknownKey`."""
+    version = record_version(data)
+    if version in OFFSET_COMMIT_KEY_VERSIONS:
+        group, pos = _classic_string(data, 2)
+        topic, pos = _classic_string(data, pos)
+        if pos + 4 > len(data):
+            raise OffsetsSchemaError("truncated: partition")
+        return OffsetCommitKey(group, topic, _I32.unpack_from(data, pos)[0])
+    if version == GROUP_METADATA_KEY_VERSION:
+        return GroupMetadataKey(_classic_string(data, 2)[0])
+    return UnknownKey(version, bytes(data))
+
+
+# --- OffsetCommitValue -----------------------------------------------------------------------
+
+
+def offset_commit_value_version(value: OffsetCommitValue) -> int:
+    """Kafka's choice (MetadataVersion.offsetCommitValueVersion, IBP >= 2.1): v1 when an expire
+    timestamp is set (a v2-v4 OffsetCommit with RetentionTime), else v3."""
+    if value.expire_timestamp is not None:
+        return WRITE_OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY
+    return WRITE_OFFSET_COMMIT_VALUE_VERSION
+
+
+def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = None) -> bytes:
+    """Fields per version (spec §B.2): v0 offset, metadata, commitTimestamp; v1 + expireTimestamp;
+    v2 as v0; v3 offset, leaderEpoch, metadata, commitTimestamp; v4 as v3, flexible.
+
+    Fields a version lacks are not written (leaderEpoch before v3, expireTimestamp outside v1).
+    """
+    v = offset_commit_value_version(value) if version is None else version
+    if v not in OFFSET_COMMIT_VALUE_VERSIONS:
+        raise OffsetsSchemaError(f"OffsetCommitValue has no version {v}")
+    w = _Writer(v, flexible=v >= FLEXIBLE_VALUE_VERSION)
+    w.int64(value.offset)
+    if v >= 3:
+        w.int32(value.leader_epoch)
+    w.string(value.metadata)
+    w.int64(value.commit_timestamp)
+    if v == 1:
+        w.int64(-1 if value.expire_timestamp is None else value.expire_timestamp)
+    w.tagged_fields()
+    return w.done()
+
+
+_I64_I32 = struct.Struct(">qi")
+
+
+def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
+    v = record_version(data)
+    if v == 3:  # what Kafka writes: the fast path
+        if len(data) < 14:
+            raise OffsetsSchemaError("truncated OffsetCommitValue v3")
+        offset3, epoch3 = _I64_I32.unpack_from(data, 2)
+        metadata3, pos = _classic_string(data, 14)
+        if pos + 8 > len(data):
+            raise OffsetsSchemaError("truncated: commitTimestamp")
+        return OffsetCommitValue(offset3, metadata3, _I64.unpack_from(data, pos)[0], epoch3)
+    if v not in OFFSET_COMMIT_VALUE_VERSIONS:
+        raise OffsetsSchemaError(f"unknown OffsetCommitValue version {v}")
+    r = _Reader(data, flexible=v >= FLEXIBLE_VALUE_VERSION)
+    offset = r.int64()
+    leader_epoch = r.int32() if v >= 3 else -1
+    metadata = r.string()
+    commit_ts = r.int64()
+    expire: int | None = None
+    if v == 1:
+        raw_expire = r.int64()
+        # OffsetAndMetadata.fromRecord: -1 (DEFAULT_TIMESTAMP) means "no expire timestamp".
+        expire = None if raw_expire == -1 else raw_expire
+    r.skip_tagged_fields()
+    return OffsetCommitValue(offset, metadata, commit_ts, leader_epoch, expire)
+
+
+# --- GroupMetadataValue ----------------------------------------------------------------------
+
+
+def encode_group_metadata_value(value: GroupMetadataValue, version: int = WRITE_GROUP_METADATA_VALUE_VERSION) -> bytes:
+    """Fields per version (spec §B.2): currentStateTimestamp from v2, member groupInstanceId from
+    v3, member rebalanceTimeout from v1; v4 is v3 flexible.  Kafka's writers use v3."""
+    v = version
+    if v not in GROUP_METADATA_VALUE_VERSIONS:
+        raise OffsetsSchemaError(f"GroupMetadataValue has no version {v}")
+    w = _Writer(v, flexible=v >= FLEXIBLE_VALUE_VERSION)
+    w.string(value.protocol_type)
+    w.int32(value.generation)
+    w.nullable_string(value.protocol)
+    w.nullable_string(value.leader)
+    if v >= 2:
+        w.int64(value.current_state_timestamp)
+    w.array_length(len(value.members))
+    for m in value.members:
+        w.string(m.member_id)
+        if v >= 3:
+            w.nullable_string(m.group_instance_id)
+        elif m.group_instance_id is not None:
+            # Kafka's generated writer refuses a non-default value in a version without the field.
+            raise OffsetsSchemaError(f"GroupMetadataValue v{v} cannot carry a group instance id")
+        w.string(m.client_id)
+        w.string(m.client_host)
+        if v >= 1:
+            w.int32(m.rebalance_timeout)
+        w.int32(m.session_timeout)
+        w.bytes_(m.subscription)
+        w.bytes_(m.assignment)
+        w.tagged_fields()
+    w.tagged_fields()
+    return w.done()
+
+
+def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
+    v = record_version(data)
+    if v not in GROUP_METADATA_VALUE_VERSIONS:
+        raise OffsetsSchemaError(f"unknown GroupMetadataValue version {v}")
+    r = _Reader(data, flexible=v >= FLEXIBLE_VALUE_VERSION)
+    protocol_type = r.string()
+    generation = r.int32()
+    protocol = r.nullable_string()
+    leader = r.nullable_string()
+    current_state_ts = r.int64() if v >= 2 else -1
+    members: list[MemberMetadata] = []
+    for _ in range(r.array_length()):
+        member_id = r.string()
+        instance_id = r.nullable_string() if v >= 3 else None
+        client_id = r.string()
+        client_host = r.string()
+        rebalance_timeout = r.int32() if v >= 1 else None
+        session_timeout = r.int32()
+        subscription = r.bytes_()
+        assignment = r.bytes_()
+        r.skip_tagged_fields()
+        # GroupMetadataManager.readGroupMessageValue: a v0 member's rebalance timeout is its
+        # session timeout.
+        members.append(
+            MemberMetadata(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                session_timeout if rebalance_timeout is None else rebalance_timeout,
+                session_timeout,
+                subscription,
+                assignment,
+            )
+        )
+    r.skip_tagged_fields()
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, current_state_ts, tuple(members))
+
+
+# --- values by key ---------------------------------------------------------------------------
+
+
+def encode_value(value: Value) -> bytes:
+    """The value bytes Kafka writes: OffsetCommitValue v3 (v1 with an expire timestamp) or
+    GroupMetadataValue v3."""
+    if isinstance(value, OffsetCommitValue):
+        return encode_offset_commit_value(value)
+    return encode_group_metadata_value(value)
+
+
+def decode_value(key: Key, data: bytes | None) -> Value | None:
+    """Decode the value of a record whose key decoded to ``key``; None (a tombstone) stays None."""
+    if data is None:
+        return None
+    if isinstance(key, OffsetCommitKey):
+        return decode_offset_commit_value(data)
+    return decode_group_metadata_value(data)
+
+
+def encode_record(key: Key, value: Value | None) -> tuple[bytes, bytes | None]:
+    """(key bytes, value bytes or None for a tombstone) for one ``__consumer_offsets`` record."""
+    if value is not None and isinstance(key, OffsetCommitKey) != isinstance(value, OffsetCommitValue):
+        raise OffsetsSchemaError(f"{type(value).__name__} cannot be the value of a {type(key).__name__}")
+    return encode_key(key), (None if value is None else encode_value(value))

@@ -80,7 +80,6 @@ class GroupsRuntime:
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future[Any]] = {}
         self._timers: dict[TimerKey, _Timer] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shut_down = False
@@ -221,19 +220,19 @@ class GroupsRuntime:
                 log.info(e.event, **e.fields)
 
     async def _append(self, offsets_log: Any, e: Persist) -> None:
-        lock = self._locks.get(e.partition)
-        if lock is None:
-            lock = self._locks[e.partition] = asyncio.Lock()
+        # No lock: the offsets log queues a batch before its first await, and these tasks start
+        # in creation order (the event loop runs callbacks FIFO), so batches reach the log in the
+        # order the machine emitted them while concurrent appends still share one fsync (group
+        # commit).  A per-partition lock here serialised commits to one fsync each (~8x slower).
         error: ErrorCode | None = None
-        async with lock:  # FIFO: batches reach the log in the order the machine emitted them
-            try:
-                await offsets_log.append(e.partition, e.records)
-            except PersistError as exc:
-                error = exc.error
-                log.warning("offsets append failed", partition=e.partition, error=error.name, detail=str(exc))
-            except Exception:
-                error = ErrorCode.UNKNOWN_SERVER_ERROR
-                log.exception("offsets append failed", partition=e.partition)
+        try:
+            await offsets_log.append(e.partition, e.records)
+        except PersistError as exc:
+            error = exc.error
+            log.warning("offsets append failed", partition=e.partition, error=error.name, detail=str(exc))
+        except Exception:
+            error = ErrorCode.UNKNOWN_SERVER_ERROR
+            log.exception("offsets append failed", partition=e.partition)
         self._apply(self.machine.persist_done(e.persist_id, error, self.clock.now_ms()))
 
     # ---------------------------------------------------------------------- timers

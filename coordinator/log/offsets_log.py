@@ -1,0 +1,608 @@
+"""The offsets log component (``broker.parts["offsets_log"]``): durable, group-committed appends
+to ``__consumer_offsets-<N>`` segment files, start-up recovery, and background compaction.
+
+Contract with the groups runtime (helper-notes/CONTRACT-groups-offsets.md):
+
+* ``await append(partition, [(key, value | None), ...])`` writes one record batch and returns
+  once it is written and, per ``rallypoint.offsets.flush``, fsynced; it raises
+  :class:`~coordinator.groups.persist.PersistError` otherwise.
+* ``start()`` replays every partition before the server listens and calls
+  ``broker.parts["groups"].load(partition, groups, offsets)`` once per partition.
+
+Write path.  Each partition has a queue and a writer task.  The writer takes *everything*
+queued (group commit), assigns offsets, and hands the batches to an I/O thread which writes
+them with one ``write`` and, for ``flush=always``, one ``fdatasync``; then every waiter of that
+round is released.  Appends that arrive while a round is on disk form the next round, so N
+concurrent committers cost far fewer than N fsyncs.  ``group_commit=False`` (for the benchmark)
+writes and syncs one append per round.  ``flush=interval`` releases waiters after the write and
+fsyncs every ``rallypoint.offsets.flush.interval.ms``; ``flush=never`` leaves it to the OS.  In
+every mode a segment is fsynced before it is rolled, and all files are fsynced on stop.
+
+A failed write is rolled back (the file truncated to its previous size) and reported to the
+round's waiters; a failed fsync poisons the partition (its page-cache state is unknown, as
+PostgreSQL learnt): every later append to it raises PersistError until a restart recovers it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from coordinator.clock import Clock, SystemClock
+from coordinator.groups.persist import PersistError
+from coordinator.logs import get as get_logger
+from protocol.errors import ErrorCode
+from protocol.offsets_schema import (
+    GroupMetadataValue,
+    Key,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    OffsetsSchemaError,
+    Value,
+    encode_record,
+)
+from protocol.records import build_batch
+
+from .cleaner import CleanerStopped, CleanResult, clean_partition
+from .errors import OffsetsLogStartError
+from .recovery import check_partition_dirs, replay_partition
+from .segments import Segment, fsync_dir, partition_dir, segment_name
+
+log = get_logger("rallypoint.offsets_log")
+
+_fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+LOCK_FILE = "__consumer_offsets.lock"
+
+Loader = Callable[[int, Mapping[str, GroupMetadataValue], Mapping[OffsetCommitKey, OffsetCommitValue]], None]
+
+
+@dataclass
+class _Pending:
+    entries: list[tuple[bytes, bytes | None]]
+    timestamp: int
+    future: asyncio.Future[None]
+
+
+class _Partition:
+    def __init__(self, index: int, pdir: Path) -> None:
+        self.index = index
+        self.dir = pdir
+        self.segments: list[Segment] = []  # last = active; guarded by lock
+        self.lock = threading.Lock()  # segment list and the active file descriptor
+        self.fd: int | None = None
+        self.next_offset = 0
+        self.queue: deque[_Pending] = deque()
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.failed: str | None = None
+        self.unsynced = False
+        # cleaner bookkeeping
+        self.dirty_closed_bytes = 0
+        self.next_tombstone_expiry: int | None = None
+
+    @property
+    def active(self) -> Segment:
+        return self.segments[-1]
+
+    def closed_bytes(self) -> int:
+        return sum(s.size for s in self.segments[:-1])
+
+
+class OffsetsLog:
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        num_partitions: int = 50,
+        segment_bytes: int = 104857600,
+        flush: str = "always",
+        flush_interval_ms: int = 1000,
+        delete_retention_ms: int = 86400000,
+        clock: Clock | None = None,
+        group_commit: bool = True,
+        cleaner: bool = True,
+        cleaner_backoff_ms: int = 15000,
+        min_cleanable_ratio: float = 0.5,
+        io_threads: int = 4,
+        loader: Loader | None = None,
+    ) -> None:
+        if flush not in ("always", "interval", "never"):
+            raise ValueError(f"flush must be always, interval or never, not {flush!r}")
+        self.data_dir = Path(data_dir)
+        self.num_partitions = num_partitions
+        self.segment_bytes = segment_bytes
+        self.flush = flush
+        self.flush_interval_ms = flush_interval_ms
+        self.delete_retention_ms = delete_retention_ms
+        self.clock: Clock = clock or SystemClock()
+        self.group_commit = group_commit
+        self.cleaner_enabled = cleaner
+        self.cleaner_backoff_ms = cleaner_backoff_ms
+        self.min_cleanable_ratio = min_cleanable_ratio
+        self.io_threads = io_threads
+        self.loader = loader
+        self._parts: list[_Partition] = []
+        self._io: ThreadPoolExecutor | None = None
+        self._cleaner_io: ThreadPoolExecutor | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._cleaner_wake: asyncio.Event | None = None
+        self._clean_lock: asyncio.Lock | None = None
+        self._stopping = False
+        self._cleaner_stop = threading.Event()
+        self._started = False
+        self._lock_fd: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # counters (tests and benchmarks read them)
+        self.fsyncs = 0
+        self.appends = 0
+        self.rounds = 0
+        self.cleanings = 0
+        self._counter_lock = threading.Lock()
+        # test hook: called by the cleaner at its crash points (see cleaner.py)
+        self.cleaner_crash_hook: Callable[[str], None] | None = None
+
+    @classmethod
+    def from_broker(cls, broker: Any) -> OffsetsLog:
+        cfg = broker.config
+
+        def load(partition: int, groups: Mapping[str, GroupMetadataValue], offsets: Mapping[Any, Any]) -> None:
+            runtime = broker.parts.get("groups")
+            if runtime is not None and hasattr(runtime, "load"):
+                runtime.load(partition, groups, offsets)
+
+        return cls(
+            broker.data_dir,
+            num_partitions=cfg["offsets.topic.num.partitions"],
+            segment_bytes=cfg["offsets.topic.segment.bytes"],
+            flush=cfg["rallypoint.offsets.flush"],
+            flush_interval_ms=cfg["rallypoint.offsets.flush.interval.ms"],
+            delete_retention_ms=cfg["log.cleaner.delete.retention.ms"],
+            clock=broker.clock,
+            loader=load,
+        )
+
+    # ------------------------------------------------------------------ life cycle
+
+    async def start(self) -> None:
+        """Replay every partition (verify, repair a torn tail, rebuild) and hand each one's
+        groups and offsets to the loader, before the server listens."""
+        t0 = time.monotonic()
+        self._io = ThreadPoolExecutor(max_workers=self.io_threads, thread_name_prefix="offsets-io")
+        self._cleaner_io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="offsets-cleaner")
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._parts = []
+        try:
+            replays = await loop.run_in_executor(self._io, self._recover_all)
+        except OffsetsLogStartError as e:
+            log.error("offsets_log.cannot_start", error=str(e))
+            self._io.shutdown(wait=False)
+            self._cleaner_io.shutdown(wait=False)
+            raise
+        total_bytes = 0
+        total_records = 0
+        for rp in replays:
+            part = _Partition(rp.partition, partition_dir(self.data_dir, rp.partition))
+            part.segments = rp.segments
+            part.next_offset = rp.segments[-1].next_offset if rp.segments else 0
+            part.dirty_closed_bytes = part.closed_bytes()  # unknown after a restart: clean once
+            self._parts.append(part)
+            total_bytes += rp.bytes
+            total_records += rp.state.records
+            for path, position, dropped, why in rp.report.truncated:
+                log.warning(
+                    "offsets_log.torn_tail_truncated",
+                    partition=rp.partition,
+                    file=str(path),
+                    position=position,
+                    bytes_dropped=dropped,
+                    reason=why,
+                )
+            for path in rp.report.swaps_completed:
+                log.info("offsets_log.cleaner_swap_completed", partition=rp.partition, file=str(path))
+            st = rp.state
+            if st.unknown_records:
+                log.warning("offsets_log.unknown_records_skipped", partition=rp.partition, count=st.unknown_records)
+            if st.undecodable_records:
+                log.warning(
+                    "offsets_log.undecodable_records_skipped",
+                    partition=rp.partition,
+                    count=st.undecodable_records,
+                    first=st.first_error,
+                )
+            if st.dropped_pending:
+                log.warning(
+                    "offsets_log.unfinished_transaction_dropped", partition=rp.partition, count=st.dropped_pending
+                )
+            if self.loader is not None:
+                self.loader(rp.partition, st.groups, st.offsets)
+        self._started = True
+        self._stopping = False
+        self._cleaner_stop.clear()
+        for part in self._parts:
+            part.task = asyncio.create_task(self._writer(part), name=f"offsets-writer-{part.index}")
+        if self.flush == "interval":
+            self._tasks.append(asyncio.create_task(self._flusher(), name="offsets-flusher"))
+        self._cleaner_wake = asyncio.Event()
+        self._clean_lock = asyncio.Lock()
+        if self.cleaner_enabled:
+            self._tasks.append(asyncio.create_task(self._cleaner_loop(), name="offsets-cleaner"))
+        log.info(
+            "offsets_log.recovered",
+            partitions=self.num_partitions,
+            records=total_records,
+            bytes=total_bytes,
+            seconds=round(time.monotonic() - t0, 3),
+        )
+
+    def _lock_data_dir(self) -> None:
+        """Hold an exclusive lock on ``<data.dir>/__consumer_offsets.lock`` while running: two
+        brokers appending to one log would corrupt it (Kafka locks its log dirs the same way)."""
+        path = self.data_dir / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise OffsetsLogStartError(
+                f"{path} is locked: another rallypoint process is using the data directory {self.data_dir}"
+            ) from None
+        self._lock_fd = fd
+
+    def _unlock_data_dir(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the lock
+            self._lock_fd = None
+
+    def _recover_all(self) -> list[Any]:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
+        try:
+            return self._recover_locked()
+        except BaseException:
+            self._unlock_data_dir()
+            raise
+
+    def _recover_locked(self) -> list[Any]:
+        existing = check_partition_dirs(self.data_dir, self.num_partitions)
+        created = False
+        for n in range(self.num_partitions):
+            if n not in existing:
+                partition_dir(self.data_dir, n).mkdir(exist_ok=True)
+                created = True
+        if created:
+            fsync_dir(self.data_dir)
+        return [replay_partition(partition_dir(self.data_dir, n), n) for n in range(self.num_partitions)]
+
+    async def stop(self) -> None:
+        if not self._started:
+            return
+        self._stopping = True
+        self._cleaner_stop.set()
+        for part in self._parts:
+            part.wake.set()
+        writers = [p.task for p in self._parts if p.task is not None]
+        if writers:
+            await asyncio.gather(*writers, return_exceptions=True)
+        if self._cleaner_wake is not None:
+            self._cleaner_wake.set()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        if self._clean_lock is not None:
+            async with self._clean_lock:  # a cleaning pass in its thread finishes its group first
+                pass
+        loop = asyncio.get_running_loop()
+        assert self._io is not None
+        await loop.run_in_executor(self._io, self._close_all)
+        self._io.shutdown(wait=True)
+        if self._cleaner_io is not None:
+            # a cleaning pass stops between segment groups (self._cleaner_stop)
+            await loop.run_in_executor(None, self._cleaner_io.shutdown, True)
+        self._unlock_data_dir()
+        self._started = False
+        log.info("offsets_log.stopped", fsyncs=self.fsyncs, appends=self.appends)
+
+    def _close_all(self) -> None:
+        for part in self._parts:
+            with part.lock:
+                if part.fd is not None:
+                    try:
+                        if part.failed is None:
+                            os.fsync(part.fd)
+                            self._count_fsync()
+                    except OSError as e:
+                        log.error("offsets_log.final_fsync_failed", partition=part.index, error=str(e))
+                    os.close(part.fd)
+                    part.fd = None
+
+    # ------------------------------------------------------------------ appends
+
+    async def append(self, partition: int, records: Sequence[tuple[Key, Value | None]]) -> None:
+        """Append ``records`` as one batch to ``__consumer_offsets-<partition>``; returns once
+        written (and fsynced when flush=always).  Raises PersistError on failure.
+
+        Order: batches reach the log in the order ``append`` was *called* per partition (the
+        batch is queued before the first ``await``), so callers need not wait for one append
+        before starting the next — and should not, or group commit cannot batch them.
+        PersistError.error is KAFKA_STORAGE_ERROR for I/O failures (the log layer's error),
+        UNKNOWN_TOPIC_OR_PARTITION for a partition outside the topic, UNKNOWN_SERVER_ERROR for
+        records that cannot be encoded.
+        """
+        if not self._started or self._stopping:
+            raise PersistError("the offsets log is not running")
+        if not 0 <= partition < self.num_partitions:
+            raise PersistError(
+                f"no __consumer_offsets partition {partition} (there are {self.num_partitions})",
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            )
+        if not records:
+            return
+        part = self._parts[partition]
+        if part.failed is not None:
+            raise PersistError(f"__consumer_offsets-{partition} failed earlier: {part.failed}")
+        try:
+            entries = [encode_record(k, v) for k, v in records]
+        except (OffsetsSchemaError, AttributeError, TypeError) as e:
+            # Kafka's record serializer throws too (e.g. a string over 32767 bytes): an unknown error
+            raise PersistError(f"cannot encode records: {e}", ErrorCode.UNKNOWN_SERVER_ERROR) from e
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        part.queue.append(_Pending(entries, self.clock.now_ms(), fut))
+        part.wake.set()
+        # shield: a cancelled caller must not cancel a write that may already be on disk
+        await asyncio.shield(fut)
+
+    async def _writer(self, part: _Partition) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._io is not None
+        while True:
+            await part.wake.wait()
+            part.wake.clear()
+            if not part.queue:
+                if self._stopping:
+                    return
+                continue
+            if self.group_commit:
+                taken = list(part.queue)
+                part.queue.clear()
+            else:
+                taken = [part.queue.popleft()]
+                if part.queue:
+                    part.wake.set()
+            if part.failed is not None:
+                self._fail(taken, PersistError(f"__consumer_offsets-{part.index} failed earlier: {part.failed}"))
+                continue
+            first = part.next_offset
+            plan: list[tuple[int, list[tuple[bytes, bytes | None]], int]] = []
+            nxt = first
+            for p in taken:
+                plan.append((nxt, p.entries, p.timestamp))
+                nxt += len(p.entries)
+            sync = self.flush == "always"
+            try:
+                await loop.run_in_executor(self._io, self._write_round, part, plan, sync)
+            except Exception as e:  # OSError, or anything unexpected: never leave waiters hanging
+                log.error("offsets_log.append_failed", partition=part.index, error=repr(e))
+                self._fail(taken, PersistError(f"append to __consumer_offsets-{part.index} failed: {e}"))
+                continue
+            part.next_offset = nxt
+            self.appends += len(taken)
+            self.rounds += 1
+            for p in taken:
+                if not p.future.done():
+                    p.future.set_result(None)
+
+    @staticmethod
+    def _fail(taken: list[_Pending], err: PersistError) -> None:
+        for p in taken:
+            if not p.future.done():
+                p.future.set_exception(err)
+                p.future.exception()  # retrieved here too: a cancelled caller must not warn
+
+    def _count_fsync(self) -> None:
+        with self._counter_lock:
+            self.fsyncs += 1
+
+    def _open_active(self, part: _Partition, base: int) -> None:
+        """Open (creating when needed) the active segment for appending; lock held."""
+        if not part.segments:
+            part.segments.append(Segment(base, part.dir / segment_name(base), 0, base))
+        path = part.active.path
+        existed = path.exists()
+        part.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+        if not existed:
+            fsync_dir(part.dir)
+            self._count_fsync()
+
+    def _roll(self, part: _Partition, base: int) -> None:
+        """Close the active segment (fsynced, whatever the flush policy) and start ``base``; lock held."""
+        assert part.fd is not None
+        os.fsync(part.fd)
+        self._count_fsync()
+        os.close(part.fd)
+        part.fd = None
+        part.dirty_closed_bytes += part.active.size
+        part.segments.append(Segment(base, part.dir / segment_name(base), 0, base))
+        self._open_active(part, base)
+        part.unsynced = False
+
+    def _write_round(
+        self, part: _Partition, plan: list[tuple[int, list[tuple[bytes, bytes | None]], int]], sync: bool
+    ) -> None:
+        """Encode, write and (``sync``) fdatasync one round; runs in an I/O thread."""
+        blob = b"".join(build_batch(base, entries, ts) for base, entries, ts in plan)
+        rolled = False
+        with part.lock:
+            if part.fd is None:
+                self._open_active(part, plan[0][0])
+            active = part.active
+            if active.size > 0 and active.size + len(blob) > self.segment_bytes:
+                try:
+                    self._roll(part, plan[0][0])
+                except OSError as e:
+                    part.failed = f"segment roll failed: {e}"
+                    raise
+                active = part.active
+                rolled = True
+            assert part.fd is not None
+            before = active.size
+            try:
+                view = memoryview(blob)
+                while view:
+                    n = os.write(part.fd, view)
+                    view = view[n:]
+            except OSError:
+                try:
+                    os.ftruncate(part.fd, before)
+                except OSError as e2:
+                    part.failed = f"write failed and could not be rolled back: {e2}"
+                raise
+            active.size = before + len(blob)
+            last_base, last_entries, _ts = plan[-1]
+            active.next_offset = last_base + len(last_entries)
+            active.batches += len(plan)
+            fd = part.fd
+            if not sync:
+                part.unsynced = True
+        if sync:
+            # Outside the lock: only this partition's writer (one round at a time) rolls or
+            # closes the descriptor while the broker runs.
+            try:
+                _fdatasync(fd)
+            except OSError as e:
+                part.failed = f"fsync failed: {e}"
+                raise
+            self._count_fsync()
+        if rolled and self._cleaner_wake is not None:
+            self._cleaner_wake_threadsafe()
+
+    def _cleaner_wake_threadsafe(self) -> None:
+        wake = self._cleaner_wake
+        loop = self._loop
+        if wake is not None and loop is not None:
+            loop.call_soon_threadsafe(wake.set)
+
+    # ------------------------------------------------------------------ interval flush
+
+    async def _flusher(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._io is not None
+        while True:
+            await asyncio.sleep(self.flush_interval_ms / 1000)
+            for part in self._parts:
+                if part.unsynced and part.failed is None:
+                    await loop.run_in_executor(self._io, self._sync_part, part)
+
+    def _sync_part(self, part: _Partition) -> None:
+        with part.lock:
+            if part.fd is None or not part.unsynced:
+                return
+            fd = os.dup(part.fd)
+            part.unsynced = False
+        try:
+            os.fsync(fd)
+            self._count_fsync()
+        except OSError as e:
+            part.failed = f"fsync failed: {e}"
+            log.error("offsets_log.fsync_failed", partition=part.index, error=str(e))
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ cleaner
+
+    def _needs_cleaning(self, part: _Partition, now_ms: int) -> bool:
+        with part.lock:
+            if len(part.segments) < 2:
+                return False
+            closed = part.closed_bytes()
+        if part.next_tombstone_expiry is not None and part.next_tombstone_expiry <= now_ms:
+            return True
+        return part.dirty_closed_bytes > 0 and part.dirty_closed_bytes >= self.min_cleanable_ratio * max(closed, 1)
+
+    async def _cleaner_loop(self) -> None:
+        assert self._cleaner_wake is not None
+        while not self._stopping:
+            try:
+                await asyncio.wait_for(self._cleaner_wake.wait(), self.cleaner_backoff_ms / 1000)
+            except TimeoutError:
+                pass
+            self._cleaner_wake.clear()
+            for part in self._parts:
+                if self._stopping:
+                    return
+                if part.failed is None and self._needs_cleaning(part, self.clock.now_ms()):
+                    try:
+                        await self.clean(part.index)
+                    except CleanerStopped:
+                        return
+                    except Exception as e:
+                        log.error("offsets_log.cleaning_failed", partition=part.index, error=repr(e))
+
+    async def clean(self, partition: int) -> CleanResult:
+        """Compact the closed segments of one partition now (the background cleaner calls this)."""
+        assert self._clean_lock is not None and self._cleaner_io is not None
+        part = self._parts[partition]
+        async with self._clean_lock:
+            with part.lock:
+                closed = [Segment(s.base_offset, s.path, s.size, s.next_offset, s.batches) for s in part.segments[:-1]]
+                if not closed:
+                    return CleanResult()
+                a = part.active
+                active = Segment(a.base_offset, a.path, a.size, a.next_offset, a.batches)
+                dirty_at_start = part.dirty_closed_bytes
+            t0 = time.monotonic()
+            res = await asyncio.get_running_loop().run_in_executor(
+                self._cleaner_io,
+                lambda: clean_partition(
+                    part.dir,
+                    closed,
+                    active,
+                    now_ms=self.clock.now_ms(),
+                    delete_retention_ms=self.delete_retention_ms,
+                    segment_bytes=self.segment_bytes,
+                    should_stop=self._cleaner_stop.is_set,
+                    crash_hook=self.cleaner_crash_hook,
+                ),
+            )
+            with part.lock:
+                n = len(closed)
+                assert [s.base_offset for s in part.segments[:n]] == [s.base_offset for s in closed]
+                new = [seg for _bases, seg in res.replaced if seg is not None]
+                part.segments[:n] = new
+                part.dirty_closed_bytes = max(0, part.dirty_closed_bytes - dirty_at_start)
+                part.next_tombstone_expiry = res.next_tombstone_expiry
+            self.cleanings += 1
+            log.info(
+                "offsets_log.cleaned",
+                partition=partition,
+                segments_before=n,
+                segments_after=len(new),
+                bytes_before=sum(s.size for s in closed),
+                bytes_after=res.bytes_written,
+                records_read=res.records_read,
+                records_kept=res.records_kept,
+                tombstones_dropped=res.tombstones_dropped,
+                seconds=round(time.monotonic() - t0, 3),
+            )
+            return res
+
+    # ------------------------------------------------------------------ introspection
+
+    def next_offset(self, partition: int) -> int:
+        return self._parts[partition].next_offset
+
+    def segments(self, partition: int) -> list[Segment]:
+        part = self._parts[partition]
+        with part.lock:
+            return list(part.segments)

@@ -1,0 +1,153 @@
+"""Rebuild group metadata and committed offsets from ``__consumer_offsets`` batches (spec §B.3).
+
+Pure: batches in, dictionaries out; no I/O, no asyncio.  Mirrors Kafka's loader
+(``GroupMetadataManager.doLoadGroupsAndOffsets``, GroupMetadataManager.scala:583-751):
+
+* records are applied in log order and the last record per key wins; a tombstone deletes;
+* offset commits in a transactional batch are staged per producer id, promoted by a COMMIT
+  control batch and dropped by an ABORT one; a promoted offset replaces a loaded one only if
+  its batch offset is newer (``CommitRecordMetadataAndOffset.olderThan``);
+* records whose key version is unknown (KIP-848 / share-group records, 3+) are skipped and
+  counted, as the Scala loader skips ``UnknownKey``;
+* a record whose key does not decode is skipped and counted; so is a key whose last value does
+  not decode (Kafka's loader would fail the partition; we load the rest and log it).
+
+Offsets still staged at the end of the log (a transaction without its marker) are dropped:
+rallypoint has no transaction coordinator to finish them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from protocol.offsets_schema import (
+    GroupMetadataKey,
+    GroupMetadataValue,
+    OffsetCommitKey,
+    OffsetCommitValue,
+    OffsetsSchemaError,
+    UnknownKey,
+    decode_group_metadata_value,
+    decode_key,
+    decode_offset_commit_value,
+)
+from protocol.records import CONTROL_COMMIT, RecordBatch, control_type
+
+
+@dataclass
+class PartitionState:
+    """What one ``__consumer_offsets`` partition holds once replayed."""
+
+    groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
+    offsets: dict[OffsetCommitKey, OffsetCommitValue] = field(default_factory=dict)
+    records: int = 0  # records read
+    unknown_records: int = 0  # unknown key versions, skipped
+    undecodable_records: int = 0  # known key type, bytes that do not decode; skipped
+    first_error: str | None = None  # the first undecodable record, for the log
+    dropped_pending: int = 0  # transactional offsets without a marker
+
+
+class StateBuilder:
+    """Feed batches in log order with :meth:`add`, then take :meth:`result`.
+
+    Values are kept as bytes and decoded once, in :meth:`result`: only the last value of each
+    key is ever decoded.  Key bytes are decoded once per distinct key.  A last value that does
+    not decode is counted in ``undecodable_records`` and its key left out.
+    """
+
+    _KEY_CACHE_MAX = 1 << 20
+
+    def __init__(self) -> None:
+        self._keys: dict[bytes, OffsetCommitKey | GroupMetadataKey | UnknownKey | str] = {}
+        self._groups: dict[str, bytes] = {}
+        # key -> (base offset of the batch that wrote it, value bytes)
+        self._offsets: dict[OffsetCommitKey, tuple[int, bytes]] = {}
+        self._pending: dict[int, dict[OffsetCommitKey, tuple[int, bytes | None]]] = {}
+        self._state = PartitionState()
+
+    def _bad(self, where: str, why: str) -> None:
+        self._state.undecodable_records += 1
+        if self._state.first_error is None:
+            self._state.first_error = f"{where}: {why}"
+
+    def _key(self, raw: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey | str:
+        """The decoded key, or an error message (str) when it does not decode."""
+        key = self._keys.get(raw)
+        if key is None:
+            try:
+                key = decode_key(raw)
+            except OffsetsSchemaError as e:
+                key = str(e)
+            if len(self._keys) < self._KEY_CACHE_MAX:
+                self._keys[raw] = key
+        return key
+
+    def add(self, batch: RecordBatch) -> None:
+        h = batch.header
+        st = self._state
+        st.records += len(batch.records)
+        if h.is_control:
+            if batch.records:
+                staged = self._pending.pop(h.producer_id, None)
+                if staged and control_type(batch.records[0]) == CONTROL_COMMIT:
+                    for okey, (batch_offset, value) in staged.items():
+                        if value is None:
+                            continue  # a staged tombstone only removed an earlier staged commit
+                        loaded = self._offsets.get(okey)
+                        if loaded is None or loaded[0] < batch_offset:
+                            self._offsets[okey] = (batch_offset, value)
+            return
+        transactional = h.is_transactional
+        base = h.base_offset
+        offsets = self._offsets
+        for rec in batch.records:
+            if rec.key is None:
+                self._bad(f"offset {rec.offset}", "record without a key")
+                continue
+            key = self._key(rec.key)
+            if type(key) is OffsetCommitKey:
+                if transactional:
+                    pending = self._pending.setdefault(h.producer_id, {})
+                    if rec.value is None:
+                        pending.pop(key, None)
+                    else:
+                        pending[key] = (base, rec.value)
+                elif rec.value is None:
+                    offsets.pop(key, None)
+                else:
+                    offsets[key] = (base, rec.value)
+            elif type(key) is GroupMetadataKey:
+                if rec.value is None:
+                    self._groups.pop(key.group, None)
+                else:
+                    self._groups[key.group] = rec.value
+            elif type(key) is UnknownKey:
+                st.unknown_records += 1
+            else:
+                self._bad(f"offset {rec.offset}", str(key))
+
+    def result(self) -> PartitionState:
+        st = self._state
+        st.groups = {}
+        for group, raw in self._groups.items():
+            try:
+                st.groups[group] = decode_group_metadata_value(raw)
+            except OffsetsSchemaError as e:
+                self._bad(f"group {group!r}", str(e))
+        st.offsets = {}
+        for key, (_off, raw) in self._offsets.items():
+            try:
+                st.offsets[key] = decode_offset_commit_value(raw)
+            except OffsetsSchemaError as e:
+                self._bad(f"offset of {key}", str(e))
+        st.dropped_pending = sum(len(p) for p in self._pending.values())
+        return st
+
+
+def rebuild(batches: Iterable[RecordBatch]) -> PartitionState:
+    """(groups, offsets) of one partition from its batches in log order (spec §B.3)."""
+    b = StateBuilder()
+    for batch in batches:
+        b.add(batch)
+    return b.result()

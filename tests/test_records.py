@@ -1,0 +1,216 @@
+"""Record batches (magic v2): our encoder against two independent readers (kafka-python's
+``kafka.record`` and aiokafka's ``aiokafka.record``, both CRC-32C validating), their encoders
+against our decoder, varints, and the torn-tail / CRC errors."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import aiokafka.record as aiorecord
+import kafka.record as kprecord
+import pytest
+from crc32c import crc32c
+from hypothesis import given
+from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from protocol.records import (
+    ATTR_LOG_APPEND_TIME,
+    CorruptBatchError,
+    Record,
+    TornBatchError,
+    UnsupportedBatchError,
+    build_batch,
+    decode_records,
+    encode_batch,
+    iter_batches,
+    iter_file_batches,
+    read_header,
+    read_varint,
+    scan_batches,
+    write_varint,
+)
+
+
+def _their_batches(buf: bytes, lib: object) -> list[list[tuple[int, int, bytes | None, bytes | None, list]]]:
+    mr = lib.MemoryRecords(buf)  # type: ignore[attr-defined]
+    out = []
+    while True:
+        batch = mr.next_batch()
+        if batch is None:
+            break
+        assert batch.validate_crc(), "independent reader rejects our CRC"
+        out.append([(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch])
+    return out
+
+
+def test_build_batch_layout_bytes() -> None:
+    b = build_batch(7, [(b"k", b"v")], 1000, partition_leader_epoch=3)
+    base, length, ple, magic, crc, attrs, lod, bts, mts, pid, pep, bseq, count = struct.unpack_from(">qiibIhiqqqhii", b)
+    assert (base, ple, magic, attrs, lod, bts, mts, pid, pep, bseq, count) == (7, 3, 2, 0, 0, 1000, 1000, -1, -1, -1, 1)
+    assert length == len(b) - 12
+    assert crc == crc32c(b[21:])  # CRC-32C of attributes .. end
+    # one record: length 8 (zigzag 16), attributes 0, ts delta 0, offset delta 0,
+    # key length 1 (zigzag 2), "k", value length, "v", 0 headers
+    assert b[61:] == bytes([0x10, 0, 0, 0, 2]) + b"k" + bytes([2]) + b"v" + bytes([0])
+
+
+def test_independent_readers_decode_our_batches() -> None:
+    buf = build_batch(0, [(b"k1", b"v1"), (b"k2", None)], 1700000000000)
+    buf += encode_batch(
+        [
+            Record(5, 1700000000009, b"a", b"b", (("h", b"x"), ("n", None))),
+            Record(9, 1700000000001, None, b"c"),  # offset gap: as after compaction
+        ],
+        partition_leader_epoch=1,
+    )
+    want = [
+        [(0, 1700000000000, b"k1", b"v1", []), (1, 1700000000000, b"k2", None, [])],
+        [(5, 1700000000009, b"a", b"b", [("h", b"x"), ("n", None)]), (9, 1700000000001, None, b"c", [])],
+    ]
+    assert _their_batches(buf, kprecord) == want
+    assert _their_batches(buf, aiorecord) == want
+    ours = [[(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in b.records] for b in iter_batches(buf)]
+    assert ours == want
+    headers = list(scan_batches(buf))
+    assert [h.last_offset for h in headers] == [1, 9]
+    assert headers[1].position == headers[0].size
+
+
+@pytest.mark.parametrize("compression", [0, 1])  # none, gzip
+def test_we_decode_kafka_python_batches(compression: int) -> None:
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=compression, is_transactional=False, producer_id=-1, producer_epoch=-1,
+        base_sequence=-1, batch_size=1 << 20,
+    )  # fmt: skip
+    for i in range(50):
+        builder.append(i, timestamp=1700000000000 + i, key=f"k{i}".encode(), value=b"v" * i, headers=[("h", b"1")])
+    raw = bytes(builder.build())
+    [batch] = list(iter_batches(raw))
+    assert batch.header.compression == compression
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch.records] == [
+        (i, 1700000000000 + i, f"k{i}".encode(), b"v" * i, (("h", b"1"),)) for i in range(50)
+    ]
+
+
+def test_snappy_is_refused_clearly() -> None:
+    raw = bytearray(build_batch(0, [(b"k", b"v")], 1))
+    raw[22] |= 2  # attributes low byte: snappy
+    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+    h = read_header(bytes(raw))
+    with pytest.raises(UnsupportedBatchError, match="snappy"):
+        decode_records(bytes(raw), h)
+
+
+def test_log_append_time_records_take_the_max_timestamp() -> None:
+    raw = bytearray(encode_batch([Record(0, 10, b"a", b"1"), Record(1, 20, b"b", b"2")]))
+    raw[22] |= ATTR_LOG_APPEND_TIME
+    struct.pack_into(">q", raw, 35, 999)
+    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
+    [batch] = list(iter_batches(bytes(raw)))
+    assert [r.timestamp for r in batch.records] == [999, 999]
+
+
+def test_torn_tail_and_crc_mismatch_are_distinct_errors() -> None:
+    one = build_batch(0, [(b"k", b"v")], 1)
+    two = build_batch(1, [(b"k", b"w")], 2)
+    buf = one + two
+    for cut in (1, 11, 12, 60, len(two) - 1):
+        with pytest.raises(TornBatchError) as ei:
+            list(iter_batches(buf[: len(one) + cut]))
+        assert ei.value.position == len(one)
+    flipped = bytearray(buf)
+    flipped[len(one) + 66] ^= 0x01  # inside the second batch's records
+    got = []
+    with pytest.raises(CorruptBatchError, match="CRC mismatch") as ci:
+        for b in iter_batches(bytes(flipped)):
+            got.append(b)
+    assert ci.value.position == len(one)
+    assert len(got) == 1  # the good batch before it was yielded
+    with pytest.raises(CorruptBatchError):
+        read_header(b"\x00" * 61)  # zero-filled: impossible batch length
+
+
+def test_legacy_message_sets_are_refused() -> None:
+    # a magic v1 message: offset, size, crc, magic 1, attributes, timestamp, key -1, value "x"
+    body = struct.pack(">bbq", 1, 0, 0) + struct.pack(">i", -1) + struct.pack(">i", 1) + b"x"
+    msg = struct.pack(">qiI", 0, len(body) + 4, 0) + body
+    with pytest.raises(UnsupportedBatchError):
+        read_header(msg)
+
+
+def test_empty_batch_and_descending_offsets_are_refused() -> None:
+    with pytest.raises(ValueError):
+        encode_batch([])
+    with pytest.raises(ValueError):
+        encode_batch([Record(5, 0, b"a", b"b"), Record(5, 0, b"a", b"b")])
+
+
+def test_file_reader(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(b"")
+    assert list(iter_file_batches(path)) == []
+    path.write_bytes(build_batch(0, [(b"k", b"v")], 1) + build_batch(1, [(b"k", None)], 2))
+    assert [b.records[0].value for b in iter_file_batches(path)] == [b"v", None]
+
+
+@given(st.integers(-(2**63), 2**63 - 1))
+def test_varint_round_trip(n: int) -> None:
+    out = bytearray()
+    write_varint(n, out)
+    assert read_varint(bytes(out), 0) == (n, len(out))
+
+
+def test_varint_known_encodings() -> None:
+    for n, enc in [(0, b"\x00"), (-1, b"\x01"), (1, b"\x02"), (63, b"\x7e"), (-64, b"\x7f"), (64, b"\x80\x01")]:
+        out = bytearray()
+        write_varint(n, out)
+        assert bytes(out) == enc
+
+
+keys = st.none() | st.binary(max_size=40)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(1, 5),
+            st.integers(-(2**40), 2**40),
+            keys,
+            keys,
+            st.lists(st.tuples(st.text(max_size=5), keys), max_size=2),
+        ),
+        min_size=1,
+        max_size=20,
+    ),
+    st.integers(0, 2**40),
+)
+def test_batches_round_trip_and_agree_with_kafka_python(
+    spec: list[tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]], base: int
+) -> None:
+    recs = []
+    off = base
+    for gap, ts, k, v, hs in spec:
+        recs.append(Record(off, ts, k, v, tuple(hs)))
+        off += gap
+    raw = encode_batch(recs)
+    [batch] = list(iter_batches(raw))
+    assert list(batch.records) == recs
+    [theirs] = _their_batches(raw, kprecord)
+    assert theirs == [(r.offset, r.timestamp, r.key, r.value, [tuple(h) for h in r.headers]) for r in recs]
+
+
+def test_the_documented_example_batch() -> None:
+    """docs/offsets-log-format.md §3 shows these exact bytes."""
+    from protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_record
+
+    entry = encode_record(OffsetCommitKey("g", "t", 0), OffsetCommitValue(5, "", 1000))
+    header = "0000000000000000 0000005c 00000000 02 b37c149a 0000 00000000 00000000000003e8 00000000000003e8"
+    header += " ffffffffffffffff ffff ffffffff 00000001"
+    record = " 54 00 00 00"  # length 42, attributes, timestamp delta, offset delta
+    record += " 18 0001 000167 000174 00000000"  # key: length 12, v1, "g", "t", partition 0
+    record += " 30 0003 0000000000000005 ffffffff 0000 00000000000003e8"  # value v3: 5, -1, "", 1000
+    record += " 00"  # no headers
+    want = bytes.fromhex((header + record).replace(" ", ""))
+    assert build_batch(0, [entry], 1000) == want
