@@ -26,6 +26,7 @@ from . import logs
 SUBCOMMANDS: dict[str, str] = {
     "probe": "coordinator.probe:main",
     "dump-log": "coordinator.log.dump:main",
+    "report": "pipeline.job:main",
 }
 
 

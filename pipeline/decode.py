@@ -1,0 +1,495 @@
+"""Decoding ``__consumer_offsets`` segment files into Arrow record batches (runs in Spark workers).
+
+Pure Python + pyarrow; no Spark import here, so the same code is unit-tested without a JVM and
+benchmarked single-process.  All decoding of bytes is delegated to ``protocol/``:
+``protocol.records`` (v2 record batches, CRC-32C) and ``protocol.offsets_schema`` (keys and values,
+spec §B), plus ``protocol.consumer_protocol`` for the members' subscriptions and assignments.
+
+One row per record, in one wide schema (:data:`ARROW_SCHEMA`) whose ``kind`` column says which
+columns are filled:
+
+- ``offset``  an OffsetCommitKey record (value or tombstone);
+- ``group``   a GroupMetadataKey record (value or tombstone);
+- ``marker``  a transaction control record (COMMIT/ABORT), with its producer id;
+- ``other``   a key version this reader skips (KIP-848 / share groups, as Kafka's Scala loader does);
+- ``bad``     a record whose key or value does not decode (counted, skipped);
+- ``segment`` one row per file: what was read, and where and why reading stopped.
+
+A segment is read up to its first torn (cut short) or corrupt (CRC, framing) batch, which is
+where a log recovery truncates; nothing raises out of :func:`decode_segment`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from protocol import offsets_schema as schema
+from protocol import records as rec
+from protocol.consumer_protocol import ConsumerProtocolError, decode_assignment, decode_subscription
+
+PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
+SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+BATCH_ROWS = 32_768  # rows per Arrow batch handed back to Spark
+
+ASSIGNED = pa.list_(pa.struct([("topic", pa.string()), ("partitions", pa.list_(pa.int32()))]))
+MEMBER = pa.struct(
+    [
+        ("member_id", pa.string()),
+        ("group_instance_id", pa.string()),
+        ("client_id", pa.string()),
+        ("client_host", pa.string()),
+        ("rebalance_timeout", pa.int32()),
+        ("session_timeout", pa.int32()),
+        ("subscription_bytes", pa.int32()),
+        ("assignment_bytes", pa.int32()),
+        ("subscription_version", pa.int16()),
+        ("subscribed_topics", pa.list_(pa.string())),
+        ("assignment_version", pa.int16()),
+        ("assigned", ASSIGNED),
+        ("assigned_partitions", pa.int32()),
+        ("protocol_error", pa.string()),  # the consumer-protocol bytes did not decode
+    ]
+)
+
+ARROW_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("broker", pa.string()),
+        ("log_partition", pa.int32()),
+        ("segment_base", pa.int64()),
+        # record position
+        ("log_offset", pa.int64()),
+        ("batch_offset", pa.int64()),
+        ("timestamp", pa.int64()),
+        ("producer_id", pa.int64()),
+        ("transactional", pa.bool_()),
+        ("control_type", pa.int16()),
+        ("key_version", pa.int16()),
+        ("value_version", pa.int16()),
+        ("tombstone", pa.bool_()),
+        # OffsetCommitKey / GroupMetadataKey
+        ("group", pa.string()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        # OffsetCommitValue
+        ("offset", pa.int64()),
+        ("leader_epoch", pa.int32()),
+        ("metadata", pa.string()),
+        ("commit_timestamp", pa.int64()),
+        ("expire_timestamp", pa.int64()),
+        # GroupMetadataValue
+        ("protocol_type", pa.string()),
+        ("generation", pa.int32()),
+        ("protocol", pa.string()),
+        ("leader", pa.string()),
+        ("current_state_timestamp", pa.int64()),
+        ("members", pa.list_(MEMBER)),
+        # kind = bad / segment
+        ("error", pa.string()),
+        # kind = segment
+        ("path", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("valid_bytes", pa.int64()),
+        ("batches", pa.int64()),
+        ("records", pa.int64()),
+        ("bad_records", pa.int64()),
+        ("other_records", pa.int64()),
+        ("first_offset", pa.int64()),
+        ("last_offset", pa.int64()),
+        # ok; torn (the broker truncates it away); corrupt, unsupported, unreadable (the broker refuses to start)
+        ("status", pa.string()),
+    ]
+)
+COLUMNS: tuple[str, ...] = tuple(ARROW_SCHEMA.names)
+
+STATUS_OK = "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    broker: str
+    log_partition: int
+    base_offset: int
+    path: str
+    size: int
+    is_last: bool = True  # the partition's active segment: the only one a crash can tear
+
+
+def find_segments(broker: str, data_dir: str | os.PathLike[str]) -> list[SegmentFile]:
+    """Every ``__consumer_offsets-<N>/<20-digit base offset>.log`` under one broker's data dir.
+
+    Listed here, in plain Python, and handed to Spark as explicit paths: Spark's own file
+    listing treats names starting with ``_`` as hidden and silently skips these directories.
+    """
+    out: list[SegmentFile] = []
+    root = Path(data_dir)
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except FileNotFoundError:
+        return out
+    for d in entries:
+        m = PARTITION_DIR.match(d.name)
+        if not m or not d.is_dir():
+            continue
+        segs = []
+        for f in sorted(os.scandir(d.path), key=lambda e: e.name):
+            fm = SEGMENT_FILE.match(f.name)
+            if fm and f.is_file():
+                segs.append(SegmentFile(broker, int(m.group(1)), int(fm.group(1)), f.path, f.stat().st_size, False))
+        if segs:
+            segs[-1] = dataclasses.replace(segs[-1], is_last=True)
+        out += segs
+    return out
+
+
+def _is_torn_tail(seg: SegmentFile, err: rec.RecordsError) -> bool:
+    """Whether the broker's recovery truncates this damage away instead of refusing to start
+    (coordinator/log/segments.py ``scan_segment``): only in the partition's last segment, a batch
+    cut short, zero bytes after the last batch, or a final batch that fails its header checks (CRC)
+    and ends exactly at the end of the file.  A batch whose CRC matches but whose records do not
+    decode is corruption wherever it is."""
+    if not seg.is_last:
+        return False
+    if isinstance(err, rec.TornBatchError):
+        return True
+    if not isinstance(err, rec.CorruptBatchError):
+        return False
+    try:
+        with open(seg.path, "rb") as f:
+            f.seek(err.position)
+            tail = f.read()
+    except OSError:
+        return False
+    if tail.count(0) == len(tail):
+        return True  # zero bytes after the last batch (preallocated space, a lost write)
+    length = int.from_bytes(tail[8:12], "big", signed=True)
+    if 12 + length != len(tail):
+        return False  # more bytes follow the bad batch
+    try:
+        rec.read_header(tail, 0)
+    except rec.RecordsError:
+        return True
+    return False
+
+
+def _member_row(m: schema.MemberMetadata, consumer: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "member_id": m.member_id,
+        "group_instance_id": m.group_instance_id,
+        "client_id": m.client_id,
+        "client_host": m.client_host,
+        "rebalance_timeout": m.rebalance_timeout,
+        "session_timeout": m.session_timeout,
+        "subscription_bytes": len(m.subscription),
+        "assignment_bytes": len(m.assignment),
+        "subscription_version": None,
+        "subscribed_topics": None,
+        "assignment_version": None,
+        "assigned": None,
+        "assigned_partitions": None,
+        "protocol_error": None,
+    }
+    if not consumer:
+        return row
+    errors = []
+    try:
+        sub = decode_subscription(m.subscription)
+        row["subscription_version"] = sub.version
+        row["subscribed_topics"] = list(sub.topics)
+    except ConsumerProtocolError as e:
+        errors.append(f"subscription: {e}")
+    if m.assignment:
+        try:
+            a = decode_assignment(m.assignment)
+            row["assignment_version"] = a.version
+            row["assigned"] = [{"topic": tp.topic, "partitions": list(tp.partitions)} for tp in a.partitions]
+            row["assigned_partitions"] = sum(len(tp.partitions) for tp in a.partitions)
+        except ConsumerProtocolError as e:
+            errors.append(f"assignment: {e}")
+    else:
+        errors.append("assignment: empty")
+    row["protocol_error"] = "; ".join(errors) or None
+    return row
+
+
+# Which columns each kind of row fills, in the order its row tuples hold them; the other columns
+# are null.  Rows are buffered as tuples per kind and turned into columns with zip(*rows) (C speed).
+_COMMON = (
+    "kind",
+    "broker",
+    "log_partition",
+    "segment_base",
+    "log_offset",
+    "batch_offset",
+    "timestamp",
+    "producer_id",
+    "transactional",
+    "tombstone",
+)
+KIND_COLUMNS: dict[str, tuple[str, ...]] = {
+    "offset": (
+        *_COMMON,
+        "key_version",
+        "value_version",
+        "group",
+        "topic",
+        "partition",
+        "offset",
+        "leader_epoch",
+        "metadata",
+        "commit_timestamp",
+        "expire_timestamp",
+    ),
+    "group": (
+        *_COMMON,
+        "key_version",
+        "value_version",
+        "group",
+        "protocol_type",
+        "generation",
+        "protocol",
+        "leader",
+        "current_state_timestamp",
+        "members",
+    ),
+    "marker": (*_COMMON, "control_type"),
+    "other": (*_COMMON, "key_version"),
+    "bad": (*_COMMON, "error"),
+    "segment": (
+        "kind",
+        "broker",
+        "log_partition",
+        "segment_base",
+        "path",
+        "size_bytes",
+        "valid_bytes",
+        "batches",
+        "records",
+        "bad_records",
+        "other_records",
+        "first_offset",
+        "last_offset",
+        "status",
+        "error",
+    ),
+}
+_TYPES = {f.name: f.type for f in ARROW_SCHEMA}
+
+
+def _to_batch(kind: str, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    cols = dict(zip(KIND_COLUMNS[kind], zip(*rows, strict=True), strict=True))
+    n = len(rows)
+    arrays = [
+        pa.array(cols[name], type=_TYPES[name]) if name in cols else pa.nulls(n, type=_TYPES[name]) for name in COLUMNS
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of one segment's records, then its ``segment`` row.  Never raises for bad
+    data: reading stops at the first torn or corrupt batch and the segment row says so."""
+    buffers: dict[str, list[tuple[Any, ...]]] = {k: [] for k in KIND_COLUMNS}
+    offsets, groups = buffers["offset"], buffers["group"]
+    n_batches = n_records = n_bad = n_other = valid_bytes = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
+    status, error = STATUS_OK, None
+    broker, lp, sbase = seg.broker, seg.log_partition, seg.base_offset
+    decode_key = schema.decode_key
+    offset_key, group_key = schema.OffsetCommitKey, schema.GroupMetadataKey
+    try:
+        expected = sbase
+        for batch in rec.iter_file_batches(seg.path):
+            h = batch.header
+            boff, pid, txn = h.base_offset, h.producer_id, h.is_transactional
+            if boff < expected:  # the base offset is outside the CRC: the broker checks the order
+                raise rec.CorruptBatchError(f"batch base offset {boff} is below the expected {expected}", h.position)
+            expected = h.next_offset
+            if h.is_control:
+                for r in batch.records:
+                    common = (broker, lp, sbase, r.offset, boff, r.timestamp, pid, txn, r.value is None)
+                    buffers["marker"].append(("marker", *common, rec.control_type(r)))
+            for r in () if h.is_control else batch.records:
+                k, v = r.key, r.value
+                common = (broker, lp, sbase, r.offset, boff, r.timestamp, pid, txn, v is None)
+                if k is None:
+                    buffers["bad"].append(("bad", *common, "record without a key"))
+                    n_bad += 1
+                    continue
+                try:
+                    key = decode_key(k)
+                    if isinstance(key, offset_key):
+                        if v is None:
+                            offsets.append(
+                                (
+                                    "offset",
+                                    *common,
+                                    (k[0] << 8 | k[1]),
+                                    None,
+                                    key.group,
+                                    key.topic,
+                                    key.partition,
+                                    None,
+                                    None,
+                                    None,
+                                    None,
+                                    None,
+                                )
+                            )
+                        else:
+                            ov = schema.decode_offset_commit_value(v)
+                            offsets.append(
+                                (
+                                    "offset",
+                                    *common,
+                                    (k[0] << 8 | k[1]),
+                                    (v[0] << 8 | v[1]),
+                                    key.group,
+                                    key.topic,
+                                    key.partition,
+                                    ov.offset,
+                                    ov.leader_epoch,
+                                    ov.metadata,
+                                    ov.commit_timestamp,
+                                    ov.expire_timestamp,
+                                )
+                            )
+                    elif isinstance(key, group_key):
+                        if v is None:
+                            groups.append(("group", *common, (k[0] << 8 | k[1]), None, key.group) + (None,) * 6)
+                        else:
+                            g = schema.decode_group_metadata_value(v)
+                            consumer = g.protocol_type == "consumer"
+                            groups.append(
+                                (
+                                    "group",
+                                    *common,
+                                    (k[0] << 8 | k[1]),
+                                    (v[0] << 8 | v[1]),
+                                    key.group,
+                                    g.protocol_type,
+                                    g.generation,
+                                    g.protocol,
+                                    g.leader,
+                                    g.current_state_timestamp,
+                                    [_member_row(m, consumer) for m in g.members],
+                                )
+                            )
+                    else:  # UnknownKey: KIP-848 / share-group records, skipped as Kafka's Scala loader does
+                        buffers["other"].append(("other", *common, key.version))
+                        n_other += 1
+                except schema.OffsetsSchemaError as e:
+                    buffers["bad"].append(("bad", *common, str(e)))
+                    n_bad += 1
+            n_batches += 1
+            n_records += len(batch.records)
+            valid_bytes = h.end
+            if first_offset is None:
+                first_offset = h.base_offset
+            last_offset = h.last_offset
+            if len(offsets) >= batch_rows:
+                yield _to_batch("offset", offsets)
+                offsets.clear()
+            if len(groups) * 8 >= batch_rows:  # group rows are wide
+                yield _to_batch("group", groups)
+                groups.clear()
+    except rec.UnsupportedBatchError as e:
+        status, error = "unsupported", str(e)
+    except rec.RecordsError as e:
+        status, error = ("torn" if _is_torn_tail(seg, e) else "corrupt"), str(e)
+    except OSError as e:
+        status, error = "unreadable", f"{type(e).__name__}: {e}"
+    buffers["segment"].append(
+        (
+            "segment",
+            broker,
+            lp,
+            sbase,
+            seg.path,
+            seg.size,
+            valid_bytes,
+            n_batches,
+            n_records,
+            n_bad,
+            n_other,
+            first_offset,
+            last_offset,
+            status,
+            error,
+        )
+    )
+    for kind, rows in buffers.items():
+        if rows:
+            yield _to_batch(kind, rows)
+
+
+def decode_segments(segs: Iterable[SegmentFile], batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    for seg in segs:
+        yield from decode_segment(seg, batch_rows)
+
+
+def check_order(segments: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Segment rows (``kind == "segment"``) with what only the whole partition shows: offsets
+    must not go backwards from one segment to the next (coordinator/log/segments.py
+    ``recover_partition``: an overlapping segment or a batch below the expected offset stops the
+    broker).  Such a segment is marked ``corrupt`` with no valid bytes (its records were decoded but
+    none is trusted); rows are returned in (broker, partition, base) order."""
+    out = sorted((dict(r) for r in segments), key=lambda r: (r["broker"], r["log_partition"], r["segment_base"]))
+    prev: tuple[str, int] | None = None
+    next_offset = 0
+    for r in out:
+        if (r["broker"], r["log_partition"]) != prev:
+            prev, next_offset = (r["broker"], r["log_partition"]), 0
+        if r["status"] in (STATUS_OK, "torn"):
+            base, first = r["segment_base"], r["first_offset"]
+            if base < next_offset:
+                r["status"], r["valid_bytes"] = "corrupt", 0
+                r["error"] = f"segment base offset {base} overlaps the previous segment (ends at {next_offset})"
+            elif first is not None and first < max(base, next_offset):
+                r["status"], r["valid_bytes"] = "corrupt", 0
+                r["error"] = f"batch base offset {first} is below the expected {max(base, next_offset)}"
+        next_offset = r["last_offset"] + 1 if r["last_offset"] is not None else max(next_offset, r["segment_base"])
+    return out
+
+
+# --- the mapInArrow side ------------------------------------------------------------------------
+
+FILES_ARROW = pa.struct(
+    [
+        ("broker", pa.string()),
+        ("log_partition", pa.int32()),
+        ("base_offset", pa.int64()),
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("is_last", pa.bool_()),
+    ]
+)
+
+
+def decode_file_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function: input rows hold a ``files`` list column (one bin of segment files);
+    output rows are :data:`ARROW_SCHEMA`.  Each task opens and decodes its own files."""
+    for b in batches:
+        for files in b.column("files").to_pylist():
+            for f in files or ():
+                yield from decode_segment(SegmentFile(**f))
+
+
+def bin_files(files: list[SegmentFile], bins: int) -> list[list[SegmentFile]]:
+    """Largest-first greedy packing of files into at most ``bins`` bins of similar total size."""
+    n = max(1, min(bins, len(files)))
+    out: list[list[SegmentFile]] = [[] for _ in range(n)]
+    load = [0] * n
+    for f in sorted(files, key=lambda f: (-f.size, f.path)):
+        i = min(range(n), key=load.__getitem__)
+        out[i].append(f)
+        load[i] += f.size + 1
+    return [b for b in out if b]

@@ -1,0 +1,231 @@
+"""``rallypoint report``: offsets-log analytics over one or many brokers' data dirs, in PySpark.
+
+    rallypoint report --input DIR [DIR ...] --out OUT [--master URL] [--conf KEY=VALUE ...]
+    spark-submit --master spark://h:7077 pipeline/job.py --input DIR ... --out OUT
+
+Each input is one broker's data dir (``NAME=DIR`` names it; otherwise the directory's name does);
+that name is the ``broker`` column of every table.  OUT receives one Parquet directory per table
+(segments, commits, offsets_latest, tombstones, generations, group_summary, invariants) and
+``report.html``.
+
+How it runs: the driver lists the segment files itself (Spark's listing hides ``__consumer_offsets-N``
+directories, see spark-notes.md) and packs them into bins of similar size; a DataFrame of those
+paths goes through ``mapInArrow``, where each task opens and decodes its own files with
+``protocol/``'s decoders.  The decoded records are written once to a staging directory under OUT;
+the tables are computed from there (later tables from earlier ones read back), then the staging
+is removed.
+
+pyspark is imported only when the job runs, so the broker never needs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if __package__ in (None, ""):  # run as a script by spark-submit: make the packages importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pipeline import decode  # after the sys.path fix above
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+STAGING = "staging-decoded"
+TABLES = ("segments", "commits", "offsets_latest", "tombstones", "generations", "group_summary", "invariants")
+SMALL_TABLES = frozenset({"segments", "group_summary", "invariants"})  # one Parquet file each
+
+
+@dataclass(frozen=True)
+class Input:
+    broker: str
+    data_dir: Path
+
+
+def parse_inputs(specs: Sequence[str]) -> list[Input]:
+    """``DIR`` or ``NAME=DIR``; repeated names get ``-2``, ``-3`` … appended."""
+    out: list[Input] = []
+    seen: dict[str, int] = {}
+    for spec in specs:
+        name, sep, rest = spec.partition("=")
+        if sep and name and "/" not in name:
+            path = Path(rest)
+        else:
+            path = Path(spec)
+            name = path.resolve().name or "broker"
+        n = seen.get(name, 0) + 1
+        seen[name] = n
+        out.append(Input(name if n == 1 else f"{name}-{n}", path))
+    return out
+
+
+def spark_schema() -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(decode.ARROW_SCHEMA)
+
+
+def decoded_frame(spark: SparkSession, files: list[decode.SegmentFile]) -> DataFrame:
+    """The lazily decoded records of ``files`` (schema: decode.ARROW_SCHEMA)."""
+    from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
+
+    file_t = StructType(
+        [
+            StructField("broker", StringType()),
+            StructField("log_partition", IntegerType()),
+            StructField("base_offset", LongType()),
+            StructField("path", StringType()),
+            StructField("size", LongType()),
+        ]
+    )
+    in_schema = StructType([StructField("files", ArrayType(file_t))])
+    parallelism = spark.sparkContext.defaultParallelism
+    bins = decode.bin_files(files, bins=4 * parallelism)
+    rows = [([(f.broker, f.log_partition, f.base_offset, f.path, f.size) for f in b],) for b in bins]
+    rdd = spark.sparkContext.parallelize(rows, max(1, len(rows)))  # one bin per task
+    return spark.createDataFrame(rdd, in_schema).mapInArrow(decode.decode_file_batches, spark_schema())
+
+
+def run(spark: SparkSession, inputs: Sequence[Input], out: Path, *, report: bool = True) -> dict[str, Any]:
+    """Decode, build every table into ``out``, optionally render ``out/report.html``; returns counters."""
+    t0 = time.monotonic()
+    out = out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    files: list[decode.SegmentFile] = []
+    for inp in inputs:
+        found = decode.find_segments(inp.broker, inp.data_dir)
+        if not found:
+            print(f"rallypoint report: no __consumer_offsets segments in {inp.data_dir}", file=sys.stderr)
+        files += found
+    total = sum(f.size for f in files)
+    parallelism = spark.sparkContext.defaultParallelism
+    # few shuffle partitions for small logs: each one is a task per stage (AQE coalesces further)
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(parallelism, min(200, total // (32 << 20)))))
+    staging = out / STAGING
+    t1 = time.monotonic()
+    decoded_frame(spark, files).write.mode("overwrite").parquet(staging.as_uri())
+    decoded = spark.read.schema(spark_schema()).parquet(staging.as_uri())
+    t2 = time.monotonic()
+    tables = build_and_write(spark, decoded, out)
+    counters = counters_of(tables)
+    t3 = time.monotonic()
+    if report:
+        from pipeline import report as report_mod
+
+        data = report_mod.collect(tables, [(i.broker, str(i.data_dir)) for i in inputs])
+        (out / "report.html").write_text(report_mod.render(data), encoding="utf-8")
+    shutil.rmtree(staging, ignore_errors=True)
+    t4 = time.monotonic()
+    counters["bytes"] = total
+    counters.update(
+        decode_seconds=round(t2 - t1, 2),
+        tables_seconds=round(t3 - t2, 2),
+        report_seconds=round(t4 - t3, 2),
+        seconds=round(t4 - t0, 2),
+    )
+    return counters
+
+
+def build_and_write(spark: SparkSession, decoded: DataFrame, out: Path) -> dict[str, DataFrame]:
+    from pipeline import tables as tables_mod
+
+    def save(name: str, df: DataFrame) -> DataFrame:
+        (df.coalesce(1) if name in SMALL_TABLES else df).write.mode("overwrite").parquet((out / name).as_uri())
+        return spark.read.parquet((out / name).as_uri())
+
+    return tables_mod.build(decoded, save)
+
+
+def counters_of(tables: dict[str, DataFrame]) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    row = (
+        tables["segments"]
+        .agg(
+            F.count("*").alias("segments"),
+            F.coalesce(F.sum("records"), F.lit(0)).alias("records"),
+            F.coalesce(F.sum((F.col("status") != "ok").cast("int")), F.lit(0)).alias("damaged_segments"),
+            F.coalesce(F.sum("bad_records"), F.lit(0)).alias("bad_records"),
+        )
+        .first()
+    )
+    c: dict[str, Any] = row.asDict() if row is not None else {}
+    c["commits"] = tables["commits"].count()
+    c["offsets_latest"] = tables["offsets_latest"].count()
+    c["groups"] = tables["group_summary"].count()
+    c["invariant_violations"] = int(
+        tables["invariants"].agg(F.coalesce(F.sum("violations"), F.lit(0))).first()[0]  # type: ignore[index]
+    )
+    return c
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rallypoint report",
+        description="Analyse the __consumer_offsets logs of rallypoint brokers with PySpark: "
+        "Parquet tables and a self-contained HTML report.",
+    )
+    p.add_argument(
+        "--input",
+        nargs="+",
+        required=True,
+        metavar="DIR",
+        help="a broker's data dir (repeatable; NAME=DIR names the broker, default: the dir's name)",
+    )
+    p.add_argument("--out", required=True, type=Path, help="output directory (tables + report.html)")
+    p.add_argument("--master", help="Spark master URL (default local[*], or spark-submit's)")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting")
+    p.add_argument("--no-report", action="store_true", help="write the tables only")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = _parser()
+    try:
+        args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as e:
+        return int(e.code or 0)
+    conf: dict[str, str] = {}
+    for item in args.conf:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            print(f"rallypoint report: --conf expects KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        conf[k] = v
+    inputs = parse_inputs(args.input)
+    missing = [str(i.data_dir) for i in inputs if not i.data_dir.is_dir()]
+    if missing:
+        print(f"rallypoint report: not a directory: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print("rallypoint report: pyspark is not installed (pip install 'rallypoint[pipeline]')", file=sys.stderr)
+        return 1
+    from pyspark.sql import SparkSession
+
+    from pipeline.session import get_session
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    ours = SparkSession.getActiveSession() is None  # stop only a session this call started
+    spark = get_session(args.master, conf=conf)
+    try:
+        counters = run(spark, inputs, args.out, report=not args.no_report)
+    finally:
+        if ours:
+            spark.stop()
+    print(" ".join(f"{k}={v}" for k, v in counters.items()))
+    print(f"tables: {', '.join(str(args.out / t) for t in TABLES)}")
+    if not args.no_report:
+        print(f"report: {args.out / 'report.html'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
