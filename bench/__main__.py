@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import json
 import os
 import platform
 import subprocess
@@ -22,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, fmt
+
+# Each section's latest rows, so the document can be re-rendered after re-running one section.
+RESULTS = ROOT / "bench" / "results"
 
 # (section title, module) in the order they appear in the document.
 SECTIONS: list[tuple[str, str]] = [
@@ -116,7 +120,7 @@ def render(results: list[tuple[str, str, list[dict[str, Any]] | str]], started: 
         f"- commit: {commit.stdout.strip() or 'unknown'}",
         f"- machine: {_machine()}",
         "- versions: " + ", ".join(f"{k} {v}" for k, v in _versions().items()),
-        f"- total run time: {time.time() - started:.0f} s",
+        f"- this run took {time.time() - started:.0f} s (sections not re-run keep their last saved figures)",
         "",
     ]
     for title, module, rows in results:
@@ -157,6 +161,7 @@ def main() -> int:
     p.add_argument("--out", default=str(ROOT / "docs" / "BENCHMARKS.md"))
     args = p.parse_args()
     started = time.time()
+    RESULTS.mkdir(parents=True, exist_ok=True)
     results: list[tuple[str, str, list[dict[str, Any]] | str]] = []
     for title, module in SECTIONS:
         if args.only and module.split(".")[-1] not in args.only:
@@ -164,11 +169,16 @@ def main() -> int:
         print(f"== {title} ({module})", flush=True)
         try:
             mod = importlib.import_module(module)
-            results.append((title, module, mod.run(args.quick)))
+            rows = mod.run(args.quick)
+            (RESULTS / f"{module}.json").write_text(json.dumps(rows, indent=1, default=str))
         except Exception:
             tb = traceback.format_exc()
             print(tb, file=sys.stderr)
-            results.append((title, module, tb))
+            (RESULTS / f"{module}.json").write_text(json.dumps(tb))
+    # The document shows every section's latest saved run, so `--only X` refreshes one section.
+    for title, module in SECTIONS:
+        saved = RESULTS / f"{module}.json"
+        results.append((title, module, json.loads(saved.read_text()) if saved.exists() else "not run yet"))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(results, started, args.quick))
