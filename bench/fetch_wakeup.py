@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -44,12 +45,13 @@ def main() -> None:
         broker = BrokerProcess(data_dir=Path(tmp), config={})
         broker.start()
         try:
-            run(broker, args.rounds)
+            measure(broker, args.rounds)
         finally:
             broker.stop()
 
 
-def run(broker: BrokerProcess, rounds: int) -> None:
+def measure(broker: BrokerProcess, rounds: int) -> tuple[list[float], list[float]]:
+    """(produce ack ms, ack → fetch answered ms) per round, warm-up round excluded."""
     data = batch()
     acks: list[float] = []
     wakeups: list[float] = []
@@ -104,6 +106,35 @@ def run(broker: BrokerProcess, rounds: int) -> None:
     print(f"rounds={rounds} (first round, warm-up: ack {acks[0]:.3f} ms, wake-up {wakeups[0]:.3f} ms; excluded)")
     for name, xs in (("produce ack", acks[1:]), ("ack -> fetch answered", wakeups[1:])):
         print(f"{name:>22}: p50 {statistics.median(xs):.3f} ms  p99 {pct(xs, 0.99):.3f} ms  max {max(xs):.3f} ms")
+    return acks[1:], wakeups[1:]
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Entry point for ``python -m bench``."""
+    from bench.common import summarize
+
+    rounds = 100 if quick else 300
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = BrokerProcess(data_dir=Path(tmp), config={})
+        broker.start()
+        try:
+            acks, wakeups = measure(broker, rounds)
+        finally:
+            broker.stop()
+    return [
+        {
+            "name": "produce (acks=1) → ack",
+            "unit": "ms",
+            "stats": summarize(acks),
+            "note": f"produce ack p99 {pct(acks, 0.99):.3f} ms over {len(acks)} rounds",
+        },
+        {
+            "name": "ack → parked long-poll Fetch answered (wake-up)",
+            "unit": "ms",
+            "stats": summarize(wakeups),
+            "note": f"wake-up p99 {pct(wakeups, 0.99):.3f} ms (the Fetch waits with max_wait 5 s, min_bytes 1)",
+        },
+    ]
 
 
 if __name__ == "__main__":

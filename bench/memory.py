@@ -17,6 +17,7 @@ from typing import Any
 
 from bench.common import rallypoint, rss_bytes, summarize
 from bench.loadgen import Conn
+from bench.rebalance import converge
 
 JOIN_V3 = 3
 SESSION_MS = 600_000
@@ -25,40 +26,10 @@ ASSIGNMENT = b"\x00\x01\x00\x00\x00\x01\x00\x05topic\x00\x00\x00\x01\x00\x00\x00
 
 
 async def _fill_group(conns: list[Conn], group: str) -> None:
-    async def join(c: Conn) -> Any:
-        return await c.call(
-            11,
-            JOIN_V3,
-            {
-                "group_id": group,
-                "session_timeout": SESSION_MS,
-                "rebalance_timeout": SESSION_MS,
-                "member_id": "",
-                "protocol_type": "consumer",
-                "protocols": [{"name": "range", "metadata": META}],
-            },
-        )
-
-    joined = await asyncio.gather(*(join(c) for c in conns))
-    for r in joined:
-        if int(r.error_code) != 0:
-            raise RuntimeError(f"JoinGroup error {int(r.error_code)} for {group}")
-    leader = joined[0].leader
-
-    async def sync(c: Conn, r: Any) -> Any:
-        assignments = (
-            [{"member_id": m.member_id, "assignment": ASSIGNMENT} for m in r.members] if r.member_id == leader else []
-        )
-        return await c.call(
-            14,
-            3,
-            {"group_id": group, "generation_id": r.generation_id, "member_id": r.member_id, "assignments": assignments},
-        )
-
-    synced = await asyncio.gather(*(sync(c, r) for c, r in zip(conns, joined, strict=True)))
-    for s in synced:
-        if int(s.error_code) != 0:
-            raise RuntimeError(f"SyncGroup error {int(s.error_code)} for {group}")
+    # Members behave like consumers (rejoin when told to): with a 0 ms initial delay the first
+    # join phase closes after one timer tick, as in Kafka, so a burst of JoinGroups can take
+    # more than one generation to settle.
+    await converge(conns, group, join_version=JOIN_V3, subscription=META)
 
 
 async def _fill(host: str, port: int, groups: int, members: int, lanes: int) -> None:

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -34,12 +35,13 @@ def main() -> None:
         broker = BrokerProcess(data_dir=Path(tmp), config={"log.retention.bytes": "-1"})
         broker.start()
         try:
-            run(broker, args)
+            measure(broker, args)
         finally:
             broker.stop()
 
 
-def run(broker: BrokerProcess, args: argparse.Namespace) -> None:
+def measure(broker: BrokerProcess, args: argparse.Namespace) -> tuple[float, float]:
+    """(produce msgs/s, consume msgs/s)."""
     topic = "bench"
     with WireClient(broker.host, broker.port) as c:
         body = {
@@ -106,6 +108,34 @@ def run(broker: BrokerProcess, args: argparse.Namespace) -> None:
     )
     print(f"produce: {args.messages / produce_s:,.0f} msgs/s  {mb / produce_s:,.1f} MB/s  ({produce_s:.2f} s)")
     print(f"consume: {got / consume_s:,.0f} msgs/s  {mb / consume_s:,.1f} MB/s  ({consume_s:.2f} s, {got} messages)")
+    assert got == args.messages, f"consumed {got} of {args.messages}"
+    return args.messages / produce_s, got / consume_s
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    """Entry point for ``python -m bench``."""
+    from bench.common import summarize
+
+    rows = []
+    for compression in ("none", "zstd"):
+        args = argparse.Namespace(
+            messages=50_000 if quick else 200_000, size=100, partitions=4, compression=compression, acks="all"
+        )
+        prod, cons = [], []
+        for _ in range(2 if quick else 3):
+            with tempfile.TemporaryDirectory() as tmp:
+                broker = BrokerProcess(data_dir=Path(tmp), config={"log.retention.bytes": "-1"})
+                broker.start()
+                try:
+                    p, c = measure(broker, args)
+                finally:
+                    broker.stop()
+            prod.append(p)
+            cons.append(c)
+        label = f"{args.messages:,} × {args.size} B, 4 partitions, acks=all, compression {compression}"
+        rows.append({"name": f"produce (confluent-kafka), {label}", "unit": "msgs/s", "stats": summarize(prod)})
+        rows.append({"name": f"consume (confluent-kafka), {label}", "unit": "msgs/s", "stats": summarize(cons)})
+    return rows
 
 
 if __name__ == "__main__":

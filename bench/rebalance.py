@@ -40,7 +40,7 @@ def _assignment(i: int) -> bytes:
     return b"\x00\x00\x00\x00\x00\x01\x00\x05topic\x00\x00\x00\x01" + i.to_bytes(4, "big") + b"\xff\xff\xff\xff"
 
 
-def _join_body(group: str, member_id: str) -> dict[str, Any]:
+def _join_body(group: str, member_id: str, subscription: bytes = SUBSCRIPTION) -> dict[str, Any]:
     return {
         "group_id": group,
         "session_timeout": SESSION_MS,
@@ -48,7 +48,7 @@ def _join_body(group: str, member_id: str) -> dict[str, Any]:
         "member_id": member_id,
         "group_instance_id": None,
         "protocol_type": "consumer",
-        "protocols": [{"name": "range", "metadata": SUBSCRIPTION}],
+        "protocols": [{"name": "range", "metadata": subscription}],
     }
 
 
@@ -62,12 +62,20 @@ async def _member_ids(conns: list[Conn], group: str) -> list[str]:
     return list(await asyncio.gather(*(one(c) for c in conns)))
 
 
-async def _converge(conns: list[Conn], group: str, ids: list[str], heartbeat_s: float = 0.1) -> tuple[float, int, str]:
+async def converge(
+    conns: list[Conn],
+    group: str,
+    ids: list[str] | None = None,
+    heartbeat_s: float = 0.1,
+    join_version: int = JOIN_V,
+    subscription: bytes = SUBSCRIPTION,
+) -> tuple[float, int, str]:
     """Members behave like consumers: join, sync (the leader with everybody's assignment),
-    heartbeat, and rejoin on REBALANCE_IN_PROGRESS.  Seconds from the first JoinGroup sent to
-    the moment every member holds its assignment of one common generation; that generation;
-    its leader."""
+    heartbeat, and rejoin when told to.  Seconds from the first JoinGroup sent to the moment
+    every member holds its assignment of one common generation; that generation; its leader.
+    ``ids``: known member ids (else each member learns its id from the coordinator)."""
     n = len(conns)
+    ids = ids if ids is not None else [""] * n  # updated in place
     done: dict[int, int] = {}  # member index -> generation it is synced in
     leaders: dict[int, str] = {}
     finished = asyncio.Event()
@@ -77,9 +85,15 @@ async def _converge(conns: list[Conn], group: str, ids: list[str], heartbeat_s: 
     async def member(i: int) -> None:
         c, mid = conns[i], ids[i]
         while not finished.is_set():
-            r = await c.call(11, JOIN_V, _join_body(group, mid))
-            if int(r.error_code) != 0:
+            r = await c.call(11, join_version, _join_body(group, mid, subscription))
+            if int(r.error_code) == 79:  # MEMBER_ID_REQUIRED
+                mid = ids[i] = str(r.member_id)
                 continue
+            if int(r.error_code) != 0:
+                if int(r.error_code) in (25, 82):  # UNKNOWN_MEMBER_ID / FENCED: start over
+                    mid = ids[i] = ""
+                continue
+            mid = ids[i] = str(r.member_id)
             gen = int(r.generation_id)
             assignments = [{"member_id": m.member_id, "assignment": _assignment(k)} for k, m in enumerate(r.members)]
             s = await c.call(
@@ -101,9 +115,11 @@ async def _converge(conns: list[Conn], group: str, ids: list[str], heartbeat_s: 
                 end[0] = time.perf_counter()
                 finished.set()
             while not finished.is_set():
-                await asyncio.sleep(heartbeat_s)
-                if finished.is_set():
+                try:  # sleep until the next heartbeat, or until everybody is done
+                    await asyncio.wait_for(finished.wait(), heartbeat_s)
                     break
+                except TimeoutError:
+                    pass
                 hb = await c.call(12, 3, {"group_id": group, "generation_id": gen, "member_id": mid})
                 if int(hb.error_code) != 0:
                     done.pop(i, None)
@@ -179,7 +195,7 @@ async def _measure(host: str, port: int, members: int) -> tuple[float, int, floa
     try:
         group = f"rebalance-{members}-{uuid.uuid4().hex[:8]}"
         ids = await _member_ids(conns, group)
-        first, gen1, leader = await _converge(conns, group, ids)
+        first, gen1, leader = await converge(conns, group, ids)
         again, gen2 = await _rejoin_all(conns, group, ids, leader, gen1)
         if gen2 != gen1 + 1:
             raise RuntimeError(f"unexpected generations {gen1}, {gen2}")

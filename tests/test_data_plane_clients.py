@@ -1,8 +1,8 @@
 """Real clients end to end: each of kafka-python, aiokafka, confluent-kafka, kcat and kafkajs
 produces 10,000 messages (keys, values, headers) into its own two-partition topic, and each of
-kafka-python, aiokafka, confluent-kafka and kcat reads every topic back in assign mode,
-byte-exact, offsets 0..n-1 per partition.  (kafkajs has no assign mode: it needs a consumer
-group, so its consume side is not covered here.)  A second set of runs covers the codecs each
+them reads every topic back byte-exact, offsets 0..n-1 per partition: kafka-python, aiokafka,
+confluent-kafka and kcat in assign mode, kafkajs (which has no assign mode) as the only member of
+a fresh consumer group reading from the beginning.  A second set of runs covers the codecs each
 client has: gzip, snappy, lz4, zstd; the broker stores compressed batches untouched.
 """
 
@@ -285,6 +285,24 @@ def consume_kcat(kcat: str, broker: BrokerProcess, topic: str, n: int) -> Consum
     return out
 
 
+def consume_kafkajs(
+    node_js: Callable[..., subprocess.CompletedProcess[str]], broker: BrokerProcess, topic: str, n: int
+) -> Consumed:
+    """A kafkajs consumer group (fresh group, fromBeginning) reads ``topic`` until it has ``n``;
+    rows keep kafkajs's delivery order, so ``check`` also sees any reordering within a partition."""
+    unb64 = lambda s: None if s is None else base64.b64decode(s)  # noqa: E731
+    timeout_ms = int(DEADLINE_S * 1000)
+    res = node_js(
+        "consume.js", broker.bootstrap, topic, f"readback-{topic}", str(n), str(timeout_ms), timeout=DEADLINE_S + 15
+    )
+    assert res.returncode == 0, res.stderr
+    out: Consumed = {}
+    for m in json.loads(res.stdout)["messages"]:
+        headers = tuple((k, unb64(v)) for k, v in m["headers"])
+        out.setdefault(m["partition"], []).append((m["offset"], unb64(m["key"]), unb64(m["value"]), headers))
+    return out
+
+
 # --------------------------------------------------------------------------- the matrix
 
 PRODUCERS = ["kafka-python", "aiokafka", "confluent", "kcat", "kafkajs"]
@@ -332,23 +350,36 @@ def produced(
     return result
 
 
-def _consume(consumer: str, broker: BrokerProcess, topic: str, n: int, kcat: str) -> Consumed:
+def _consume(
+    consumer: str,
+    broker: BrokerProcess,
+    topic: str,
+    n: int,
+    kcat: str,
+    node_js: Callable[..., subprocess.CompletedProcess[str]],
+) -> Consumed:
     if consumer == "kafka-python":
         return consume_kafka_python(broker, topic, n)
     if consumer == "aiokafka":
         return consume_aiokafka(broker, topic, n)
     if consumer == "confluent":
         return consume_confluent(broker, topic, n)
+    if consumer == "kafkajs":
+        return consume_kafkajs(node_js, broker, topic, n)
     return consume_kcat(kcat, broker, topic, n)
 
 
-@pytest.mark.parametrize("consumer", ["kafka-python", "aiokafka", "confluent", "kcat"])
+@pytest.mark.parametrize("consumer", ["kafka-python", "aiokafka", "confluent", "kcat", "kafkajs"])
 def test_every_consumer_reads_every_producer(
-    consumer: str, produced: dict[str, tuple[str, list[Msg]]], matrix_broker: BrokerProcess, kcat: str
+    consumer: str,
+    produced: dict[str, tuple[str, list[Msg]]],
+    matrix_broker: BrokerProcess,
+    kcat: str,
+    node_js: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
     for producer in PRODUCERS:
         topic, msgs = produced[producer]
-        got = _consume(consumer, matrix_broker, topic, len(msgs), kcat)
+        got = _consume(consumer, matrix_broker, topic, len(msgs), kcat, node_js)
         try:
             check(got, msgs)
         except AssertionError as e:

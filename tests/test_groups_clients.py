@@ -3,7 +3,14 @@
 Each member is a separate process (tests/clients/group_consumer.py for kafka-python, aiokafka
 and confluent-kafka; tests/js/group_member.js for kafkajs) reporting its assignment as JSON
 lines.  Session timeouts are Kafka's minimum (6 s), heartbeats every second; every wait is
-bounded and every process is stopped or killed at the end.
+bounded and every process is stopped or killed at the end.  When a wait times out, the message
+carries each member's last events, its log and thread stacks, and the broker's group events.
+
+The SIGKILL, static-membership and initial-delay scenarios use confluent-kafka: kafka-python
+3.0.12 members now and then stop heartbeating for good (main thread waiting in fetch_records,
+IO thread idle in select; a few percent of runs, never seen with confluent-kafka or aiokafka),
+and those scenarios rebalance the most.  kafka-python still takes part in the three-consumer
+and mixed-client scenarios.
 """
 
 from __future__ import annotations
@@ -100,7 +107,7 @@ class Member:
 
     def log(self) -> str:
         self.stderr.seek(0)
-        return self.stderr.read().decode(errors="replace")[-3000:]
+        return self.stderr.read().decode(errors="replace")[-6000:]
 
 
 @pytest.fixture
@@ -143,8 +150,24 @@ def transitions(b: BrokerProcess, group: str) -> list[dict[str, Any]]:
     return [e for e in b.events("group state transition") if e["group"] == group]
 
 
-def explain(ms: list[Member]) -> str:
-    return "\n".join(f"{m.name}: {sorted(m.assignment or [])}\n{m.log()}" for m in ms)
+def explain(ms: list[Member], b: BrokerProcess | None = None, group: str | None = None) -> str:
+    for m in ms:  # thread stacks of live members go to their stderr
+        if m.proc.poll() is None:
+            m.proc.send_signal(signal.SIGUSR1)
+    time.sleep(0.5)
+    out = [f"{m.name}: {sorted(m.assignment or [])}\n{m.events[-5:]}\n{m.log()}" for m in ms]
+    if b is not None:
+        for e in b.events():
+            if group is None or e.get("group") == group:
+                out.append(json.dumps({k: v for k, v in e.items() if k not in ("level",)})[:300])
+    return "\n".join(out)
+
+
+def wait_covering(ms: list[Member], timeout: float, what: str, b: BrokerProcess, group: str) -> None:
+    try:
+        wait_until(lambda: covering(ms), timeout, what)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{explain(ms, b, group)}") from None
 
 
 # ------------------------------------------------------------------------------------ 1
@@ -177,8 +200,8 @@ def test_killed_consumer_is_expelled_after_the_session_timeout(
 ) -> None:
     b = six()
     for name in ("survivor-a", "survivor-b", "victim"):
-        members.append(Member("kafka-python", b, "gk", client_id=name))
-    wait_until(lambda: covering(members), 60, "initial assignment")
+        members.append(Member("confluent", b, "gk", client_id=name))
+    wait_covering(members, 60, "initial assignment", b, "gk")
     victim_id = next(m["member_id"] for m in describe(b, "gk")["members"] if m["client_id"] == "victim")
     victim = members[2]
     killed_at = time.monotonic()
@@ -198,17 +221,17 @@ def test_static_member_restart_within_session_keeps_the_generation(
     six: Callable[..., BrokerProcess], members: list[Member]
 ) -> None:
     b = six()
-    a = Member("kafka-python", b, "gs", client_id="static-a", instance="inst-a", session_ms=15000)
-    bb = Member("kafka-python", b, "gs", client_id="static-b", instance="inst-b", session_ms=15000)
+    a = Member("confluent", b, "gs", client_id="static-a", instance="inst-a", session_ms=15000)
+    bb = Member("confluent", b, "gs", client_id="static-b", instance="inst-b", session_ms=15000)
     members += [a, bb]
-    wait_until(lambda: covering([a, bb]), 60, "initial assignment")
+    wait_covering([a, bb], 60, "initial assignment", b, "gs")
     wait_until(lambda: transitions(b, "gs")[-1]["to"] == "Stable", 10, "Stable")
     generation = transitions(b, "gs")[-1]["generation"]
     seen = len(transitions(b, "gs"))
     old_ids = {m["client_id"]: m["member_id"] for m in describe(b, "gs")["members"]}
     owned_by_a = a.assignment
     a.stop()  # a static member does not send LeaveGroup
-    a2 = Member("kafka-python", b, "gs", client_id="static-a", instance="inst-a", session_ms=15000)
+    a2 = Member("confluent", b, "gs", client_id="static-a", instance="inst-a", session_ms=15000)
     members.append(a2)
     wait_until(lambda: a2.assignment, 30, "the restarted member's assignment")
     assert a2.assignment == owned_by_a
@@ -237,9 +260,9 @@ def test_initial_rebalance_delay_gathers_staggered_consumers_in_one_generation(
 ) -> None:
     b = six(**{"group.initial.rebalance.delay.ms": "3000"})
     for i in range(3):
-        members.append(Member("kafka-python", b, "gd", client_id=f"late-{i}"))
+        members.append(Member("confluent", b, "gd", client_id=f"late-{i}"))
         time.sleep(1.0)
-    wait_until(lambda: covering(members), 60, "one generation with every member")
+    wait_covering(members, 60, "one generation with every member", b, "gd")
     ts = transitions(b, "gd")
     assert [(t["from"], t["to"], t["generation"]) for t in ts] == [
         ("Empty", "PreparingRebalance", 0),
@@ -383,5 +406,11 @@ def test_cooperative_sticky_incremental_rebalance(six: Callable[..., BrokerProce
         assert len(owned) == len(set(owned)), (name, kind, owner)
     assert {n: frozenset(v) for n, v in owner.items()} == {m.name: m.assignment for m in members}
     # the old members revoked only what moved (2 partitions each), never everything
-    revoked = [e["partitions"] for m in members[:2] for e in m.events if e["event"] == "revoke" and e["partitions"]]
-    assert revoked and all(len(r) < 6 for r in revoked[-2:])
+    joined_at = members[2].events[0]["t"]
+    revoked = [
+        e["partitions"]
+        for m in members[:2]
+        for e in m.events
+        if e["event"] == "revoke" and e["t"] >= joined_at and e["partitions"]
+    ]
+    assert revoked and all(len(r) < 6 for r in revoked), revoked

@@ -67,8 +67,9 @@ def test_find_coordinator_versions(broker_factory: Callable[..., BrokerProcess])
     b = broker_factory(config={"offsets.topic.num.partitions": "7"})
     with WireClient(b.host, b.port) as c:
         # first use creates __consumer_offsets and answers COORDINATOR_NOT_AVAILABLE, like Kafka
-        first = d(c.call(10, 0, {"key": "g"}))
-        assert first == {"error_code": E.COORDINATOR_NOT_AVAILABLE, "node_id": -1, "host": "", "port": -1}
+        # (every group key of that request)
+        first4 = d(c.call(10, 4, {"key_type": 0, "coordinator_keys": ["x", "y"]}))
+        assert [k["error_code"] for k in first4["coordinators"]] == [E.COORDINATOR_NOT_AVAILABLE] * 2
         md = d(c.call(3, 12, {"topics": [{"name": "__consumer_offsets"}], "allow_auto_topic_creation": False}))
         (topic,) = md["topics"]
         assert topic["is_internal"] and len(topic["partitions"]) == 7
@@ -368,3 +369,41 @@ def test_parked_join_is_answered_not_coordinator_on_shutdown(broker: BrokerProce
         assert broker.stop() == 0
         r = c2.receive(11, 3, corr)
         assert int(r.error_code) == E.NOT_COORDINATOR
+
+
+def test_deleting_a_topic_drops_its_committed_offsets(broker: BrokerProcess) -> None:
+    """Kafka's coordinator removes a deleted topic's offsets (tombstones); other topics keep theirs."""
+    with WireClient(broker.host, broker.port) as c:
+        make_topic(c, "doomed")
+        make_topic(c, "kept")
+        commit = {
+            "group_id": "dt",
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "topics": [
+                {"name": t, "partitions": [{"partition_index": 0, "committed_offset": 7, "committed_metadata": "m"}]}
+                for t in ("doomed", "kept")
+            ],
+        }
+        assert all(int(p.error_code) == 0 for t in c.call(8, 8, commit).topics for p in t.partitions)
+
+        def fetched() -> dict[str, int]:
+            r = d(
+                c.call(
+                    9,
+                    7,
+                    {
+                        "group_id": "dt",
+                        "topics": [
+                            {"name": "doomed", "partition_indexes": [0]},
+                            {"name": "kept", "partition_indexes": [0]},
+                        ],
+                    },
+                )
+            )
+            return {t["name"]: t["partitions"][0]["committed_offset"] for t in r["topics"]}
+
+        assert fetched() == {"doomed": 7, "kept": 7}
+        resp = d(c.call(20, 6, {"topics": [{"name": "doomed", "topic_id": None}], "timeout": 5000}))
+        assert resp["responses"][0]["error_code"] == 0, resp
+        assert fetched() == {"doomed": -1, "kept": 7}

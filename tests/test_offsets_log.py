@@ -133,13 +133,18 @@ async def test_one_append_is_one_batch_with_kafka_fields(tmp_path: Path) -> None
     assert batch.records[2].value is None
 
 
-def _synced_sizes(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Wrap the log's fdatasync: remember, per file, how many bytes each sync covered."""
+def _synced_sizes(monkeypatch: pytest.MonkeyPatch, latency_s: float = 0.0) -> dict[str, int]:
+    """Wrap the log's fdatasync: remember, per file, how many bytes each sync covered.
+
+    ``latency_s`` makes every sync take at least that long, like a real disk, so how many
+    appends a sync can share does not depend on how fast this machine's disk happens to be."""
     synced: dict[str, int] = {}
     real = offsets_log_mod._fdatasync
 
     def spy(fd: int) -> None:
         size = os.fstat(fd).st_size
+        if latency_s:
+            time.sleep(latency_s)
         real(fd)
         path = os.readlink(f"/proc/self/fd/{fd}")
         synced[path] = max(synced.get(path, 0), size)
@@ -151,7 +156,7 @@ def _synced_sizes(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 async def test_group_commit_shares_fsyncs_and_every_append_is_durable_when_it_returns(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    synced = _synced_sizes(monkeypatch)
+    synced = _synced_sizes(monkeypatch, latency_s=0.004)  # a 4 ms sync; the 200 appends arrive over 20 ms
     log = make_log(tmp_path, num_partitions=1, flush="always")
     await log.start()
     seg = str(partition_dir(tmp_path, 0) / "00000000000000000000.log")

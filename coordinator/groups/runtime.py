@@ -262,6 +262,18 @@ class GroupsRuntime:
         if t is None:
             return
         t.handle = None
+        if t.deadline > self.clock.now_ms():
+            self._schedule(key, t)
+            return
+        # Kafka's coordinator queues a timer's expiry behind the requests already received
+        # (one event queue per partition).  One more loop turn gives the requests read before
+        # the timer came due the same precedence (uvloop runs due timers before them).
+        assert self._loop is not None
+        self._loop.call_soon(self._expire, key, t)
+
+    def _expire(self, key: TimerKey, t: _Timer) -> None:
+        if self._timers.get(key) is not t or t.handle is not None:
+            return  # cancelled or re-armed meanwhile
         now = self.clock.now_ms()
         if t.deadline > now:
             self._schedule(key, t)

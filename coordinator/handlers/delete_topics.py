@@ -78,6 +78,7 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
         else:
             targets[topic.topic_id] = name
 
+    deleted: list[str] = []
     for tid, name in targets.items():
         topic = store.by_id(tid)
         if topic is not None and topic.is_internal:
@@ -89,4 +90,10 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
             answer(name, tid, e.code, e.message)
             continue
         answer(name, tid, ErrorCode.NONE)
+        deleted.append(name)
+    groups = ctx.broker.parts.get("groups")
+    if deleted and groups is not None:
+        # Kafka's coordinator drops the committed offsets of deleted topics, writing tombstones
+        # (GroupCoordinator.onPartitionsDeleted / GroupMetadataManager.cleanupGroupMetadata).
+        groups.on_topics_deleted(deleted)
     return {"throttle_time": 0, "responses": results}

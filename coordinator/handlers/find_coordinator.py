@@ -29,14 +29,19 @@ _MESSAGES = {
 }
 
 
-def _coordinator(ctx: Any, key_type: int, key: str) -> ErrorCode:
+def _offsets_topic_ready(ctx: Any) -> bool:
+    """Whether ``__consumer_offsets`` exists; if not, create it (Kafka asks the controller to
+    and answers COORDINATOR_NOT_AVAILABLE to every group key of this request)."""
     broker = ctx.broker
+    if broker.topics.get(OFFSETS_TOPIC) is not None:
+        return True
+    broker.topics.create(OFFSETS_TOPIC, runtime(ctx).config.num_partitions, is_internal=True)
+    return False
+
+
+def _coordinator(key_type: int, offsets_topic_ready: bool) -> ErrorCode:
     if key_type == KEY_TYPE_GROUP:
-        if broker.topics.get(OFFSETS_TOPIC) is None:
-            n = runtime(ctx).config.num_partitions
-            broker.topics.create(OFFSETS_TOPIC, n, is_internal=True)
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        return ErrorCode.NONE
+        return ErrorCode.NONE if offsets_topic_ready else ErrorCode.COORDINATOR_NOT_AVAILABLE
     if key_type == KEY_TYPE_TRANSACTION:
         # rallypoint has no transaction coordinator: Kafka answers COORDINATOR_NOT_AVAILABLE
         # while __transaction_state has no available leader, so that is what clients get.
@@ -51,10 +56,11 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))
     known_type = key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE)
+    ready = _offsets_topic_ready(ctx) if key_type == KEY_TYPE_GROUP else False
     if version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            err = _coordinator(ctx, key_type, key)
+            err = _coordinator(key_type, ready)
             ok = err == ErrorCode.NONE
             coordinators.append(
                 {
@@ -68,7 +74,7 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
                 }
             )
         return {"throttle_time": 0, "coordinators": coordinators}
-    err = _coordinator(ctx, key_type, request.key)
+    err = _coordinator(key_type, ready)
     ok = err == ErrorCode.NONE
     return {
         "throttle_time": 0,

@@ -391,7 +391,12 @@ class OffsetsLog:
                 nxt += len(p.entries)
             sync = self.flush == "always"
             try:
-                await loop.run_in_executor(self._io, self._write_round, part, plan, sync)
+                if sync:
+                    await loop.run_in_executor(self._io, self._write_round, part, plan, sync)
+                else:
+                    # No fsync to wait for: a write into the page cache takes microseconds, less
+                    # than the hop to an I/O thread and back, so do it here.
+                    self._write_round(part, plan, sync)
             except Exception as e:  # OSError, or anything unexpected: never leave waiters hanging
                 log.error("offsets_log.append_failed", partition=part.index, error=repr(e))
                 self._fail(taken, PersistError(f"append to __consumer_offsets-{part.index} failed: {e}"))

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import json
 import logging
+import os
+import signal
 import sys
 import threading
 import time
@@ -68,6 +71,11 @@ def run_kafka_python(a: argparse.Namespace) -> None:
     if a.assignor:
         kw["partition_assignment_strategy"] = [assignors[n] for n in a.assignor.split(",")]
     c = KafkaConsumer(**kw)
+    # Know the topics' partitions before joining: a leader that assigns before its metadata
+    # arrives hands out nothing and rejoins at once, a path where kafka-python 3.0.12
+    # occasionally stops heartbeating (client-side; seen with the range assignor).
+    for topic in a.topics.split(","):
+        c.partitions_for_topic(topic)
     c.subscribe(a.topics.split(","), listener=Listener())
     emit("started")
     last = None
@@ -190,7 +198,12 @@ def main() -> None:
     p.add_argument("--max-poll-ms", type=int, default=30000)
     p.add_argument("--assignor")
     a = p.parse_args()
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    logging.basicConfig(
+        level=getattr(logging, os.environ.get("GROUP_CONSUMER_LOG", "WARNING")),
+        stream=sys.stderr,
+        format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s",
+    )
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # tests dump stacks when a member hangs
     threading.Thread(target=watch_stdin, daemon=True).start()
     {"kafka-python": run_kafka_python, "aiokafka": run_aiokafka, "confluent": run_confluent}[a.client](a)
 
