@@ -196,7 +196,6 @@ class Server:
             if pending:
                 with contextlib.suppress(Exception):
                     writer.write(bytes(pending))
-            self._busy.discard(cid)
 
     async def _process(self, cid: int, client_host: str, body: bytes) -> bytes | None:
         """The response frame, b"" for no response, or None to close the connection."""
