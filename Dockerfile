@@ -35,6 +35,7 @@ open('/tmp/dependencies.txt', 'w').write('\n'.join(p['project']['dependencies'])
 COPY README.md ./
 COPY protocol/ protocol/
 COPY coordinator/ coordinator/
+COPY pipeline/ pipeline/
 RUN /opt/build-venv/bin/pip wheel --no-deps --no-index --no-build-isolation --wheel-dir /wheels . \
     && rm -rf build ./*.egg-info \
     && sha256sum /wheels/*.whl > /wheels/SHA256SUMS
@@ -54,7 +55,7 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     && python3 -m venv --without-pip /opt/rallypoint \
     && /opt/build-venv/bin/pip --python /opt/rallypoint/bin/python install --no-cache-dir \
         --disable-pip-version-check --no-index --only-binary=:all: --find-links=/wheels rallypoint \
-    && /opt/rallypoint/bin/python -c "import coordinator.cli, protocol.codec"
+    && /opt/rallypoint/bin/python -c "import rallypoint.cli, rallypoint.protocol.codec"
 
 # A fixed numeric uid/gid, so Kubernetes' runAsNonRoot can verify it.
 RUN groupadd --system --gid 10001 rallypoint \

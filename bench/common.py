@@ -45,7 +45,7 @@ def rallypoint(config: dict[str, str] | None = None, data_dir: str | None = None
     tmp = tempfile.TemporaryDirectory(prefix="rp-bench-") if data_dir is None else None
     ddir = data_dir or (tmp.name if tmp else "")
     cfg = {"group.initial.rebalance.delay.ms": "0", **(config or {})}
-    cmd = [sys.executable, "-m", "coordinator", "--port", "0", "--data-dir", ddir, "--log-format", "json"]
+    cmd = [sys.executable, "-m", "rallypoint", "--port", "0", "--data-dir", ddir, "--log-format", "json"]
     for k, v in cfg.items():
         cmd += ["--config", f"{k}={v}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT)

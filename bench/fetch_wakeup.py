@@ -21,8 +21,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from rallypoint.protocol import codec
 
-from protocol import codec
 from tests.support import BrokerProcess, WireClient
 
 

@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from protocol import codec
+from rallypoint.protocol import codec
 
 JOIN_V, SYNC_V, HB_V, COMMIT_V, MD_V = 5, 3, 3, 7, 4
 

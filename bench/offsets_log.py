@@ -28,13 +28,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rallypoint.log import OffsetsLog
+from rallypoint.log.cleaner import clean_partition
+from rallypoint.log.recovery import replay_partition
+from rallypoint.log.segments import partition_dir, segment_name
+from rallypoint.protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_record, partition_for
+from rallypoint.protocol.records import build_batch
+
 from bench.common import summarize
-from coordinator.log import OffsetsLog
-from coordinator.log.cleaner import clean_partition
-from coordinator.log.recovery import replay_partition
-from coordinator.log.segments import partition_dir, segment_name
-from protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_record, partition_for
-from protocol.records import build_batch
 
 PARTITIONS = 50
 
@@ -128,8 +129,9 @@ async def _e2e(host: str, port: int, connections: int, seconds: float, same_part
 
 def end_to_end(connections: int, seconds: float, same_partition: bool) -> float:
     """Durable OffsetCommit requests/s through a broker process (flush=always)."""
+    from rallypoint.protocol import codec
+
     from bench.common import rallypoint
-    from protocol import codec
     from tests.support import WireClient
 
     with rallypoint({"rallypoint.offsets.flush": "always"}) as ep:

@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rallypoint.pipeline import decode, job, replay, synth
+
 from bench.common import summarize
-from pipeline import decode, job, replay, synth
 
 PARTITIONS = 8
 SEGMENT_BYTES = 32 << 20
@@ -84,7 +85,7 @@ def measure(mib: int, master: str, keep: Path | None = None) -> dict[str, Any]:
         rp_s, rp_records = single_replay(files)
         assert rp_records == records, (rp_records, records)
 
-        from pipeline.session import get_session
+        from rallypoint.pipeline.session import get_session
 
         t = time.perf_counter()
         spark = get_session(master, app_name="rallypoint-bench")

@@ -3,7 +3,7 @@
 
     python bench/startup.py [--runs 15] [--json]
 
-Each run starts ``python -m coordinator --port 0`` on a fresh data directory, reads the port
+Each run starts ``python -m rallypoint --port 0`` on a fresh data directory, reads the port
 from its JSON ``listening`` log line, then connects and sends ApiVersions until one is
 answered.  It also times SIGTERM → exit.  Prints median, min, p90 and max in milliseconds.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from protocol import codec  # noqa: E402  (after the path set-up, so the checkout's code is used)
+from rallypoint.protocol import codec  # noqa: E402  (after the path set-up, so the checkout's code is used)
 
 DEADLINE_S = 30.0
 
@@ -58,7 +58,7 @@ def _recv(s: socket.socket, n: int) -> bytes:
 
 def one_run(data_dir: str) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    cmd = [sys.executable, "-m", "coordinator", "--port", "0", "--data-dir", data_dir, "--log-format", "json"]
+    cmd = [sys.executable, "-m", "rallypoint", "--port", "0", "--data-dir", data_dir, "--log-format", "json"]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     lines: queue.Queue[str] = queue.Queue()

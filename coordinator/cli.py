@@ -24,9 +24,9 @@ from . import logs
 
 # subcommand -> "module:function" taking argv (list[str]) and returning an exit code.
 SUBCOMMANDS: dict[str, str] = {
-    "probe": "coordinator.probe:main",
-    "dump-log": "coordinator.log.dump:main",
-    "report": "pipeline.job:main",
+    "probe": "rallypoint.probe:main",
+    "dump-log": "rallypoint.log.dump:main",
+    "report": "rallypoint.pipeline.job:main",
 }
 
 
@@ -120,7 +120,7 @@ def _hide_hypothesis() -> None:
     on test tooling.  A ``None`` entry in ``sys.modules`` makes that optional import fail fast.
     """
     if "kio" not in sys.modules:
-        sys.modules.setdefault("hypothesis", None)
+        sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,7 +11,7 @@ import socket
 import struct
 import sys
 
-from protocol import codec
+from rallypoint.protocol import codec
 
 
 def probe(host: str, port: int, timeout: float) -> tuple[bool, str]:

@@ -21,10 +21,10 @@ import itertools
 import struct
 from typing import Any
 
-from protocol import codec
-from protocol.apis import API_VERSIONS_KEY, served
-from protocol.errors import ErrorCode
-from protocol.framing import FrameError, parse_request_header, peek_api_key_version
+from rallypoint.protocol import codec
+from rallypoint.protocol.apis import API_VERSIONS_KEY, served
+from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.framing import FrameError, parse_request_header, peek_api_key_version
 
 from .broker import Broker, CloseConnection, RequestContext
 from .handlers import load_handlers

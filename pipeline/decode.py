@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
-from protocol import offsets_schema as schema
-from protocol import records as rec
-from protocol.consumer_protocol import ConsumerProtocolError, decode_assignment, decode_subscription
+from rallypoint.protocol import offsets_schema as schema
+from rallypoint.protocol import records as rec
+from rallypoint.protocol.consumer_protocol import ConsumerProtocolError, decode_assignment, decode_subscription
 
 PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
 SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # run as a script by spark-submit: make the packages importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline import decode  # after the sys.path fix above
+from rallypoint.pipeline import decode  # after the sys.path fix above
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -116,7 +116,7 @@ def run(spark: SparkSession, inputs: Sequence[Input], out: Path, *, report: bool
     counters = counters_of(tables)
     t3 = time.monotonic()
     if report:
-        from pipeline import report as report_mod
+        from rallypoint.pipeline import report as report_mod
 
         data = report_mod.collect(tables, [(i.broker, str(i.data_dir)) for i in inputs])
         (out / "report.html").write_text(report_mod.render(data), encoding="utf-8")
@@ -133,7 +133,7 @@ def run(spark: SparkSession, inputs: Sequence[Input], out: Path, *, report: bool
 
 
 def build_and_write(spark: SparkSession, decoded: DataFrame, out: Path) -> dict[str, DataFrame]:
-    from pipeline import tables as tables_mod
+    from rallypoint.pipeline import tables as tables_mod
 
     def save(name: str, df: DataFrame) -> DataFrame:
         (df.coalesce(1) if name in SMALL_TABLES else df).write.mode("overwrite").parquet((out / name).as_uri())
@@ -209,8 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("rallypoint report: pyspark is not installed (pip install 'rallypoint[pipeline]')", file=sys.stderr)
         return 1
     from pyspark.sql import SparkSession
-
-    from pipeline.session import get_session
+    from rallypoint.pipeline.session import get_session
 
     args.out.mkdir(parents=True, exist_ok=True)
     ours = SparkSession.getActiveSession() is None  # stop only a session this call started

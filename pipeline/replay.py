@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from protocol import offsets_schema as schema
-from protocol import records as rec
+from rallypoint.protocol import offsets_schema as schema
+from rallypoint.protocol import records as rec
 
 from .decode import SegmentFile
 

@@ -1,13 +1,13 @@
 """Creating the SparkSession the pipeline runs in (local by default, any master by flag).
 
-Facts this follows (spec/spark-notes.md): workers must run *this* interpreter (PYSPARK_PYTHON);
+Facts this follows : workers must run *this* interpreter (PYSPARK_PYTHON);
 ``spark.ui.enabled=false`` avoids binding port 4040; ``SPARK_LOCAL_IP=127.0.0.1`` plus a log4j2
 file in ``SPARK_CONF_DIR`` keep the JVM quiet and off the network in local mode.
 
-Python workers must import this package and ``protocol/`` (the decoders).  In local mode they
-inherit the environment of the JVM this process starts, so the source root goes on ``PYTHONPATH``;
-on a cluster, or under spark-submit (which started the JVM already), the two packages are shipped
-as a zip with ``addPyFile`` (the executors still need pyarrow and crc32c installed).
+Python workers must import ``rallypoint`` (the decoders live in ``rallypoint.protocol`` and
+``rallypoint.pipeline``).  In local mode they run this interpreter, where rallypoint is installed;
+on a cluster, or under spark-submit (which started the JVM already), the package is shipped as a
+zip with ``addPyFile`` (the executors still need pyarrow and crc32c installed).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-SOURCE_ROOT = PACKAGE_DIR.parent  # holds pipeline/ and protocol/
 CONF_DIR = PACKAGE_DIR / "conf"
 DEFAULT_MASTER = "local[*]"
 
@@ -57,23 +56,35 @@ def prepare_environment(master: str) -> None:
     os.environ.setdefault("SPARK_CONF_DIR", str(CONF_DIR))
     if is_local(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if str(SOURCE_ROOT) not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([str(SOURCE_ROOT), *paths])
 
 
 def _code_zip() -> bytes:
+    """The installed ``rallypoint`` package as a zip, laid out by import name (the source tree's
+    folders are mapped into the namespace, so their locations are asked of the import system)."""
+    import rallypoint
+    import rallypoint.pipeline
+    import rallypoint.protocol
+
+    roots = [
+        (Path(rallypoint.__path__[0]), "rallypoint"),
+        (Path(rallypoint.protocol.__path__[0]), "rallypoint/protocol"),
+        (Path(rallypoint.pipeline.__path__[0]), "rallypoint/pipeline"),
+    ]
+    nested = {root for root, _ in roots[1:]}
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for pkg in ("protocol", "pipeline"):
-            for f in sorted((SOURCE_ROOT / pkg).rglob("*")):
-                if f.is_file() and "__pycache__" not in f.parts:
-                    z.write(f, f.relative_to(SOURCE_ROOT).as_posix())
+        for root, prefix in roots:
+            for f in sorted(root.rglob("*")):
+                if not f.is_file() or "__pycache__" in f.parts:
+                    continue
+                if prefix == "rallypoint" and any(n == f or n in f.parents for n in nested):
+                    continue  # an installed wheel nests them; written under their own prefix
+                z.write(f, f"{prefix}/{f.relative_to(root).as_posix()}")
     return buf.getvalue()
 
 
 def ship_code(spark: SparkSession) -> None:
-    """Make ``protocol`` and ``pipeline`` importable on executors that did not inherit our PYTHONPATH."""
+    """Make ``rallypoint`` importable on executors that do not have it installed."""
     tmp = Path(tempfile.mkdtemp(prefix="rallypoint-pipeline-"))
     atexit.register(shutil.rmtree, tmp, True)
     path = tmp / "rallypoint_pipeline_code.zip"

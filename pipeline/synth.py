@@ -16,9 +16,15 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from protocol import offsets_schema as schema
-from protocol import records as rec
-from protocol.consumer_protocol import Assignment, Subscription, TopicPartitions, encode_assignment, encode_subscription
+from rallypoint.protocol import offsets_schema as schema
+from rallypoint.protocol import records as rec
+from rallypoint.protocol.consumer_protocol import (
+    Assignment,
+    Subscription,
+    TopicPartitions,
+    encode_assignment,
+    encode_subscription,
+)
 
 Entry = tuple[bytes, bytes | None]
 

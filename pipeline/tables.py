@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, Window
 from pyspark.sql import functions as F
-
-from pipeline.decode import KIND_COLUMNS, check_order
+from rallypoint.pipeline.decode import KIND_COLUMNS, check_order
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coordinator.clock import FakeClock
-from coordinator.groups.events import (
+from rallypoint.clock import FakeClock
+from rallypoint.groups.events import (
     CommitPartition,
     CommitRequest,
     CommitTopic,
@@ -29,8 +29,8 @@ from coordinator.groups.events import (
     SyncResult,
     Transition,
 )
-from coordinator.groups.state import GroupConfig, GroupMachine, GroupState, assert_transition
-from protocol.errors import ErrorCode
+from rallypoint.groups.state import GroupConfig, GroupMachine, GroupState, assert_transition
+from rallypoint.protocol.errors import ErrorCode
 
 E = ErrorCode
 META = b"\x00\x01\x00\x00\x00\x01\x00\x05topic\xff\xff\xff\xff"  # ConsumerProtocolSubscription v1: ["topic"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from protocol import codec
+from rallypoint.protocol import codec
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 20.0
@@ -45,7 +45,7 @@ class BrokerProcess:
         return f"{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "coordinator", "--host", self.host, "--port", str(self.requested_port)]
+        cmd = [sys.executable, "-m", "rallypoint", "--host", self.host, "--port", str(self.requested_port)]
         cmd += ["--data-dir", str(self.data_dir), "--log-format", "json"]
         for k, v in self.config.items():
             cmd += ["--config", f"{k}={v}"]

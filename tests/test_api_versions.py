@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 from kafka.admin import KafkaAdminClient
+from rallypoint.handlers import api_versions
+from rallypoint.protocol import codec
+from rallypoint.protocol.apis import SERVED_APIS
+from rallypoint.protocol.errors import ErrorCode
 
-from coordinator.handlers import api_versions
-from protocol import codec
-from protocol.apis import SERVED_APIS
-from protocol.errors import ErrorCode
 from tests.support import BrokerProcess, FrameProxy, WireClient
 
 WAIT = 10.0

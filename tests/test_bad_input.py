@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rallypoint.protocol import codec, framing
+from rallypoint.protocol.errors import ErrorCode
 
-from protocol import codec, framing
-from protocol.errors import ErrorCode
 from tests.support import BrokerProcess, WireClient
 
 WAIT = 5.0

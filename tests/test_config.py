@@ -10,10 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rallypoint import cli
+from rallypoint import config as config_mod
+from rallypoint.protocol import codec
 
-from coordinator import cli
-from coordinator import config as config_mod
-from protocol import codec
 from tests.support import ROOT, BrokerProcess, WireClient
 
 # ------------------------------------------------------------------------------ in-process
@@ -97,7 +97,7 @@ def test_bad_settings_raise_config_error(overrides: dict[str, str], env: dict[st
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "coordinator", "--port", "0", "--log-format", "json", *args],
+        [sys.executable, "-m", "rallypoint", "--port", "0", "--log-format", "json", *args],
         capture_output=True,
         text=True,
         timeout=30,

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from rallypoint.protocol import codec
 
-from protocol import codec
 from tests.support import BrokerProcess, WireClient
 
 pytestmark = pytest.mark.clients

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
+from rallypoint.protocol import codec
+from rallypoint.protocol.errors import ErrorCode as E
 
-from protocol import codec
-from protocol.errors import ErrorCode as E
 from tests.support import BrokerProcess, WireClient
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -585,7 +585,7 @@ def test_shutdown_releases_parked_fetch(broker_factory: Callable[..., BrokerProc
 
 def test_every_served_version_answers(wire: WireClient) -> None:
     """One round trip per advertised version of each data-plane API (field sets differ per version)."""
-    from protocol.apis import SERVED_APIS
+    from rallypoint.protocol.apis import SERVED_APIS
 
     t = unique("versions")
     tid = create(wire, t)["topic_id"]

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from rallypoint.protocol import codec
 
-from protocol import codec
 from tests.support import ROOT, WireClient, free_port
 
 DOCKERFILE = ROOT / "Dockerfile"
@@ -229,7 +229,7 @@ def test_build_stage_makes_wheels_and_final_stage_installs_only_them(dockerfile:
         assert not re.search(rf"(^|\s){re.escape(compiler)}(\s|$)", build_runs + " " + final_runs), compiler
     # The source tree is not copied into the runtime image (only the entrypoint and helper).
     copied = [shlex.split(i.value)[0] for i in final.all("COPY") if "from" not in i.flags]
-    assert not any(src.rstrip("/") in ("protocol", "coordinator", ".") for src in copied), copied
+    assert not any(src.rstrip("/") in ("protocol", "coordinator", "pipeline", ".") for src in copied), copied
     # Python comes from the base or from Debian via docker/ensure-python.sh, in both stages.
     for stage in dockerfile.stages:
         assert "ensure-python.sh" in " ".join(i.value for i in stage.all("RUN")), stage.name
@@ -341,7 +341,7 @@ def build_context_files() -> set[str]:
 
 def test_build_context_is_only_what_the_image_needs(dockerfile: Dockerfile) -> None:
     kept = build_context_files()
-    allowed_prefixes = ("protocol/", "coordinator/")
+    allowed_prefixes = ("protocol/", "coordinator/", "pipeline/")
     allowed = {"pyproject.toml", "README.md", "docker/entrypoint.sh", "docker/ensure-python.sh"}
     extra = sorted(p for p in kept if p not in allowed and not p.startswith(allowed_prefixes))
     assert not extra, f"sent to the build but not needed: {extra}"
@@ -376,7 +376,7 @@ def make_shim_bin(directory: Path) -> Path:
     shim = directory / "rallypoint"
     shim.write_text(
         "#!/bin/sh\n# stands for the console script pip installs in the image's venv\n"
-        f'PYTHONPATH={shlex.quote(str(ROOT))} exec {shlex.quote(sys.executable)} -m coordinator "$@"\n'
+        f'PYTHONPATH={shlex.quote(str(ROOT))} exec {shlex.quote(sys.executable)} -m rallypoint "$@"\n'
     )
     shim.chmod(0o755)
     return directory
@@ -658,7 +658,7 @@ def test_entrypoint_runs_the_broker_like_the_image(
     assert b.proc is not None
     # exec all the way down: the process started as the entrypoint IS the broker (gets signals).
     cmdline = Path(f"/proc/{b.proc.pid}/cmdline").read_bytes().split(b"\0")
-    assert b"coordinator" in cmdline and Path(cmdline[0].decode()).name.startswith("python"), cmdline
+    assert b"rallypoint" in cmdline and Path(cmdline[0].decode()).name.startswith("python"), cmdline
 
     with WireClient("127.0.0.1", b.port) as c:
         md = codec.to_dict(c.call(3, 12, {"topics": [{"name": "docker-env"}], "allow_auto_topic_creation": True}))

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from rallypoint.protocol import codec
 
-from protocol import codec
 from tests.support import ROOT, WireClient, free_port
 from tests.test_docker import (
     DATA_APIS,

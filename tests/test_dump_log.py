@@ -12,11 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from coordinator.clock import FakeClock
-from coordinator.log import OffsetsLog
-from coordinator.log.segments import list_segments, partition_dir
-from protocol.offsets_schema import (
+from rallypoint.clock import FakeClock
+from rallypoint.log import OffsetsLog
+from rallypoint.log.segments import list_segments, partition_dir
+from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -24,7 +23,8 @@ from protocol.offsets_schema import (
     OffsetCommitValue,
     encode_record,
 )
-from protocol.records import build_batch
+from rallypoint.protocol.records import build_batch
+
 from tests.support import ROOT, BrokerProcess
 
 T0 = 1_700_000_000_000
@@ -33,7 +33,7 @@ T0 = 1_700_000_000_000
 def dump(*args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "coordinator", "dump-log", *args],
+        [sys.executable, "-m", "rallypoint", "dump-log", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -6,18 +6,18 @@ Every test drives the sans-IO machine with a FakeClock: timers fire instantly, n
 from __future__ import annotations
 
 import pytest
-
-from coordinator.groups.state import (
+from rallypoint.groups.state import (
     DEAD,
     GroupConfig,
     GroupState,
     IllegalTransition,
     assert_transition,
 )
-from protocol.offsets_schema import GroupMetadataKey, GroupMetadataValue
+from rallypoint.protocol.offsets_schema import GroupMetadataKey, GroupMetadataValue
+
 from tests.group_harness import META, Harness, meta_for
 
-E = __import__("protocol.errors", fromlist=["ErrorCode"]).ErrorCode
+E = __import__("rallypoint.protocol.errors", fromlist=["ErrorCode"]).ErrorCode
 S = GroupState
 
 

@@ -4,10 +4,10 @@ the cache and acknowledge-after-write, retention, loading (§A.13, §B.3) and wh
 
 from __future__ import annotations
 
-from coordinator.groups.events import DeleteGroupsResult, OffsetDeleteRequest
-from coordinator.groups.state import GroupConfig, GroupState
-from protocol.errors import ErrorCode
-from protocol.offsets_schema import (
+from rallypoint.groups.events import DeleteGroupsResult, OffsetDeleteRequest
+from rallypoint.groups.state import GroupConfig, GroupState
+from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -15,6 +15,7 @@ from protocol.offsets_schema import (
     OffsetCommitValue,
     partition_for,
 )
+
 from tests.group_harness import Harness, meta_for
 
 E = ErrorCode
@@ -96,7 +97,7 @@ def test_f9_metadata_too_large_is_per_partition_java_string_length() -> None:
     t = x.commit("g", {("t", 0): 1}, metadata="😀😀😀")  # 3 code points, 6 UTF-16 units
     assert x.commit_errors(t) == {("t", 0): E.OFFSET_METADATA_TOO_LARGE}
     # mixed: the valid partition is written, the other refused
-    from coordinator.groups.events import CommitPartition, CommitRequest, CommitTopic
+    from rallypoint.groups.events import CommitPartition, CommitRequest, CommitTopic
 
     tok = x.token()
     req = CommitRequest(

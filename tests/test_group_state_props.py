@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from rallypoint.groups.events import JoinResult
+from rallypoint.groups.state import GroupConfig, GroupState
+from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import GroupMetadataKey, GroupMetadataValue
 
-from coordinator.groups.events import JoinResult
-from coordinator.groups.state import GroupConfig, GroupState
-from protocol.errors import ErrorCode
-from protocol.offsets_schema import GroupMetadataKey, GroupMetadataValue
 from tests.group_harness import Harness, meta_for
 
 E = ErrorCode

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from rallypoint.protocol import codec
 
-from protocol import codec
 from tests.support import ROOT, BrokerProcess, WireClient
 
 pytestmark = pytest.mark.clients

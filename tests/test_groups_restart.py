@@ -11,11 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from rallypoint import config
+from rallypoint.assemble import build_broker
+from rallypoint.protocol import codec
+from rallypoint.protocol.errors import ErrorCode
 
-from coordinator import config
-from coordinator.assemble import build_broker
-from protocol import codec
-from protocol.errors import ErrorCode
 from tests.support import BrokerProcess, WireClient
 from tests.test_groups_wire import join_stable, make_topic
 

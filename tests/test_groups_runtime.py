@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 import structlog
-
-from coordinator import config
-from coordinator.assemble import build_broker
-from coordinator.broker import Broker
-from coordinator.groups.events import (
+from rallypoint import config
+from rallypoint.assemble import build_broker
+from rallypoint.broker import Broker
+from rallypoint.groups.events import (
     CommitPartition,
     CommitRequest,
     CommitTopic,
@@ -25,10 +24,10 @@ from coordinator.groups.events import (
     Protocol,
     SyncRequest,
 )
-from coordinator.groups.persist import PersistError, Record
-from coordinator.groups.runtime import GroupsRuntime
-from protocol.errors import ErrorCode
-from protocol.offsets_schema import (
+from rallypoint.groups.persist import PersistError, Record
+from rallypoint.groups.runtime import GroupsRuntime
+from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,

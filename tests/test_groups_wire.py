@@ -8,9 +8,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from protocol import codec
-from protocol.errors import ErrorCode
-from protocol.offsets_schema import partition_for
+from rallypoint.protocol import codec
+from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import partition_for
+
 from tests.support import BrokerProcess, WireClient
 
 E = ErrorCode

@@ -13,12 +13,11 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from coordinator.log.cleaner import clean_partition
-from coordinator.log.recovery import replay_partition
-from coordinator.log.segments import recover_partition, segment_name
-from coordinator.log.state import rebuild
-from protocol.offsets_schema import (
+from rallypoint.log.cleaner import clean_partition
+from rallypoint.log.recovery import replay_partition
+from rallypoint.log.segments import recover_partition, segment_name
+from rallypoint.log.state import rebuild
+from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -26,7 +25,7 @@ from protocol.offsets_schema import (
     OffsetCommitValue,
     encode_record,
 )
-from protocol.records import Record, encode_batch, iter_file_batches
+from rallypoint.protocol.records import Record, encode_batch, iter_file_batches
 
 RETENTION = 1000
 GROUPS = ("a", "b", "c")
@@ -213,7 +212,7 @@ def test_rebuild_is_last_record_per_key_with_tombstones() -> None:
 
 
 def iter_file_batches_from_bytes(raw: bytes):  # type: ignore[no-untyped-def]
-    from protocol.records import iter_batches
+    from rallypoint.protocol.records import iter_batches
 
     return iter_batches(raw)
 

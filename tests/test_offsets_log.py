@@ -20,14 +20,13 @@ from typing import Any
 import aiokafka.record as aiorecord
 import kafka.record as kprecord
 import pytest
-
-from coordinator.clock import FakeClock
-from coordinator.groups.persist import PersistError
-from coordinator.log import CorruptLogError, OffsetsLog
-from coordinator.log import offsets_log as offsets_log_mod
-from coordinator.log.recovery import PartitionCountError, replay_partition
-from coordinator.log.segments import list_segments, partition_dir
-from protocol.offsets_schema import (
+from rallypoint.clock import FakeClock
+from rallypoint.groups.persist import PersistError
+from rallypoint.log import CorruptLogError, OffsetsLog
+from rallypoint.log import offsets_log as offsets_log_mod
+from rallypoint.log.recovery import PartitionCountError, replay_partition
+from rallypoint.log.segments import list_segments, partition_dir
+from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
@@ -36,7 +35,8 @@ from protocol.offsets_schema import (
     decode_key,
     decode_value,
 )
-from protocol.records import iter_file_batches
+from rallypoint.protocol.records import iter_file_batches
+
 from tests.support import ROOT
 
 DAY_MS = 86_400_000
@@ -565,9 +565,9 @@ async def test_independent_kafka_readers_accept_our_segments(tmp_path: Path) -> 
 _STORM = textwrap.dedent(
     """
     import asyncio, sys
-    from coordinator import logs
-    from coordinator.log import OffsetsLog
-    from protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue
+    from rallypoint import logs
+    from rallypoint.log import OffsetsLog
+    from rallypoint.protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue
 
     async def main():
         logs.configure("json", "warning")  # logs to stderr; stdout carries only acknowledgements
@@ -633,7 +633,7 @@ async def test_log_order_is_call_order_without_waiting(tmp_path: Path) -> None:
 
 
 async def test_persist_error_codes(tmp_path: Path) -> None:
-    from protocol.errors import ErrorCode
+    from rallypoint.protocol.errors import ErrorCode
 
     log = make_log(tmp_path, num_partitions=1)
     await log.start()
@@ -650,7 +650,7 @@ async def test_persist_error_codes(tmp_path: Path) -> None:
 
 
 async def test_a_second_log_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
-    from coordinator.log.errors import OffsetsLogStartError
+    from rallypoint.log.errors import OffsetsLogStartError
 
     first = make_log(tmp_path)
     await first.start()

@@ -25,8 +25,8 @@ from confluent_kafka import KafkaException
 from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
+from rallypoint.protocol import codec
 
-from protocol import codec
 from tests.support import BrokerProcess, WireClient
 
 pytestmark = pytest.mark.clients

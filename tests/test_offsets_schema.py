@@ -8,8 +8,7 @@ import struct
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from protocol.offsets_schema import (
+from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,

@@ -8,22 +8,23 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from rallypoint.pipeline import job, synth
 
-from pipeline import job, synth
 from tests.support import ROOT
 from tests.test_pipeline_spark import T0, write_crafted
 
 
 def rallypoint(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "coordinator", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+        [sys.executable, "-m", "rallypoint", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
     )
 
 
 def test_the_broker_does_not_import_pyspark() -> None:
     code = (
-        "import sys, coordinator.cli, coordinator.assemble, coordinator.server\n"
-        "sys.exit(1 if any(m == 'pyspark' or m.startswith(('pyspark.', 'pipeline')) for m in sys.modules) else 0)"
+        "import sys, rallypoint.cli, rallypoint.assemble, rallypoint.server\n"
+        "bad = [m for m in sys.modules if m == 'pyspark' or m.startswith(('pyspark.', 'rallypoint.pipeline'))]\n"
+        "sys.exit(1 if bad else 0)"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=30).returncode == 0
 

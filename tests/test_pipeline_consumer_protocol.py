@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
-
-from protocol.consumer_protocol import (
+from rallypoint.protocol.consumer_protocol import (
     Assignment,
     ConsumerProtocolError,
     Subscription,

@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-
-from coordinator.log.recovery import replay_partition
-from coordinator.log.segments import CorruptLogError
-from pipeline import decode, replay, synth
-from protocol import offsets_schema as schema
-from protocol import records as rec
+from rallypoint.log.recovery import replay_partition
+from rallypoint.log.segments import CorruptLogError
+from rallypoint.pipeline import decode, replay, synth
+from rallypoint.protocol import offsets_schema as schema
+from rallypoint.protocol import records as rec
 
 
 def rows(seg: decode.SegmentFile) -> list[dict[str, object]]:

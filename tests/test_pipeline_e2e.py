@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rallypoint.pipeline import job
+from rallypoint.protocol.apis import served
 
-from pipeline import job
-from protocol.apis import served
 from tests.support import ROOT, BrokerProcess
 from tests.test_pipeline_spark import spark  # noqa: F401  (the shared session fixture)
 

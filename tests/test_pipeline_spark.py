@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from coordinator.log.recovery import replay_partition
-from pipeline import decode, job, replay, synth
-from protocol import offsets_schema as schema
-from protocol import records as rec
+from rallypoint.log.recovery import replay_partition
+from rallypoint.pipeline import decode, job, replay, synth
+from rallypoint.protocol import offsets_schema as schema
+from rallypoint.protocol import records as rec
 
 pytestmark = pytest.mark.spark
 
@@ -30,7 +29,7 @@ def spark() -> Iterator[Any]:
     """The one SparkSession of the test run (other pipeline test modules import this fixture)."""
     if shutil.which("java") is None:
         pytest.fail("java is not installed; run ./scripts/test (scripts/setup --test installs Java 17)")
-    from pipeline.session import get_session
+    from rallypoint.pipeline.session import get_session
 
     s = get_session("local[2]", app_name="rallypoint-tests")
     yield s

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import struct
 
-from protocol import codec
+from rallypoint.protocol import codec
+
 from tests.support import BrokerProcess, WireClient
 
 

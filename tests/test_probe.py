@@ -20,13 +20,13 @@ FAST_S = 3.0
 
 
 def run_probe(port: int, timeout: float = 1.0) -> tuple[int, str, float]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = dict(os.environ)
     t0 = time.monotonic()
     r = subprocess.run(
         [
             sys.executable,
             "-m",
-            "coordinator",
+            "rallypoint",
             "probe",
             "--host",
             "127.0.0.1",

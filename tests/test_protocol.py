@@ -1,6 +1,6 @@
 """Unit tests of protocol/: framing, headers, every served API/version, unknown tags, bad bytes.
 
-No sockets.  The served (api key, version) pairs are read from protocol.apis.SERVED_APIS at
+No sockets.  The served (api key, version) pairs are read from rallypoint.protocol.apis.SERVED_APIS at
 collection time, so an API added to the table is covered here without touching this file.
 
 Independent references used (so a bug shared by kio and our adapter cannot pass unnoticed):
@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.serial import entity_reader
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
+from rallypoint.protocol import codec, framing, tagged
+from rallypoint.protocol.apis import API_VERSIONS_KEY, SERVED_APIS
 
-from protocol import codec, framing, tagged
-from protocol.apis import API_VERSIONS_KEY, SERVED_APIS
 from tests.support import ROOT
 
 SERVED: list[tuple[int, int]] = [
@@ -473,7 +473,7 @@ def test_truncated_tag_sections_are_decode_errors(section: bytes) -> None:
 
 _HUGE_LENGTHS = r"""
 import struct, sys
-from protocol import codec, framing
+from rallypoint.protocol import codec, framing
 group = b"\x00\x01g" + struct.pack(">ii", 10000, 30000) + b"\x00\x00\xff\xff\x00\x08consumer"
 cases = {
     # JoinGroup v5 protocols: legacy int32 array length

@@ -10,10 +10,11 @@ import importlib
 import re
 from typing import Any
 
-from coordinator.config import SETTINGS
-from coordinator.handlers import MODULES
-from protocol import codec
-from protocol.apis import SERVED_APIS
+from rallypoint.config import SETTINGS
+from rallypoint.handlers import MODULES
+from rallypoint.protocol import codec
+from rallypoint.protocol.apis import SERVED_APIS
+
 from tests.support import ROOT
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -74,7 +75,7 @@ def test_config_table_matches_settings() -> None:
 def test_handler_modules_and_served_apis_agree() -> None:
     assert set(MODULES) == set(SERVED_APIS), "every served API has a handler module and vice versa"
     for key, name in MODULES.items():
-        mod = importlib.import_module(f"coordinator.handlers.{name}")
+        mod = importlib.import_module(f"rallypoint.handlers.{name}")
         assert mod.API_KEY == key, name
         # the table's name is Kafka's (kio's schema name is the same words in snake case)
         assert SERVED_APIS[key].name.lower() == name.replace("_", ""), (key, name)

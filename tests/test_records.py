@@ -14,8 +14,7 @@ from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
-
-from protocol.records import (
+from rallypoint.protocol.records import (
     ATTR_LOG_APPEND_TIME,
     CorruptBatchError,
     Record,
@@ -203,7 +202,7 @@ def test_batches_round_trip_and_agree_with_kafka_python(
 
 def test_the_documented_example_batch() -> None:
     """docs/offsets-log-format.md §3 shows these exact bytes."""
-    from protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_record
+    from rallypoint.protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_record
 
     entry = encode_record(OffsetCommitKey("g", "t", 0), OffsetCommitValue(5, "", 1000))
     header = "0000000000000000 0000005c 00000000 02 b37c149a 0000 00000000 00000000000003e8 00000000000003e8"

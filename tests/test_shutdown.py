@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from coordinator import config as config_mod
-from coordinator.assemble import build_broker
-from coordinator.server import Server
-from protocol import codec
-from protocol.errors import ErrorCode
+from rallypoint import config as config_mod
+from rallypoint.assemble import build_broker
+from rallypoint.protocol import codec
+from rallypoint.protocol.errors import ErrorCode
+from rallypoint.server import Server
 
 WAIT = 5.0  # bound on every wait in this file
 

@@ -12,13 +12,12 @@ import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
-
-from coordinator.topics import TopicError, TopicStore
-from coordinator.topics.fetch_sessions import ZERO_UUID, FetchSessionCache, PartitionRequest
-from coordinator.topics.fetcher import ReadSpec, fetch, read_all
-from coordinator.topics.log import OffsetOutOfRange, PartitionLog
-from coordinator.topics.records import BatchError, record_timestamps, split_batches, validate_produce_records
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
+from rallypoint.topics import TopicError, TopicStore
+from rallypoint.topics.fetch_sessions import ZERO_UUID, FetchSessionCache, PartitionRequest
+from rallypoint.topics.fetcher import ReadSpec, fetch, read_all
+from rallypoint.topics.log import OffsetOutOfRange, PartitionLog
+from rallypoint.topics.records import BatchError, record_timestamps, split_batches, validate_produce_records
 
 MAX = 1048588
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeAlias
 
-from protocol.errors import ErrorCode
-from protocol.offsets_schema import GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
+from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
 
 Key: TypeAlias = OffsetCommitKey | GroupMetadataKey
 Value: TypeAlias = OffsetCommitValue | GroupMetadataValue

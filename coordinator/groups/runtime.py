@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from protocol.errors import ErrorCode
-from protocol.offsets_schema import GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
+from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
 
 from ..logs import get as get_logger
 from .events import (

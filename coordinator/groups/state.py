@@ -62,8 +62,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
-from protocol.errors import ErrorCode
-from protocol.offsets_schema import (
+from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,

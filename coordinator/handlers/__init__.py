@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from protocol.apis import SERVED_APIS
+from rallypoint.protocol.apis import SERVED_APIS
 
 Handler = Callable[[Any, Any], Awaitable[Mapping[str, Any] | None]]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 from ..groups.events import TopicErrors
 from ..groups.runtime import GroupsRuntime
@@ -19,7 +19,7 @@ def runtime(ctx: Any) -> GroupsRuntime:
 
 def client_host(ctx: Any) -> str:
     """Kafka records ``InetAddress.toString()`` of the client: "/127.0.0.1"."""
-    return "/" + ctx.client_host
+    return "/" + str(ctx.client_host)
 
 
 def partition_exists(ctx: Any, topic: str, partition: int) -> bool:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from protocol.apis import API_VERSIONS_KEY, SERVED_APIS
-from protocol.errors import ErrorCode
+from rallypoint.protocol.apis import API_VERSIONS_KEY, SERVED_APIS
+from rallypoint.protocol.errors import ErrorCode
 
 API_KEY = 18
 

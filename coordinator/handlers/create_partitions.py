@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 from ..topics import TopicError
 from .create_topics import check_replicas

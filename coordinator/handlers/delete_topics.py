@@ -15,7 +15,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 from ..topics import TopicError
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from protocol import codec
-from protocol.errors import ErrorCode
+from rallypoint.protocol import codec
+from rallypoint.protocol.errors import ErrorCode
 
 from ..logs import get as get_logger
 from ..topics.fetch_sessions import INVALID_SESSION_ID, ZERO_UUID, Key, PartitionRequest

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 from ..topics.store import OFFSETS_TOPIC
 from ._groups_common import runtime

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 API_KEY = 22
 

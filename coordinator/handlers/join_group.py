@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.codec import ms
+from rallypoint.protocol.codec import ms
 
 from ..groups.events import JoinRequest, Protocol
 from ._groups_common import client_host, runtime

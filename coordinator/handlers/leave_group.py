@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 from ..groups.events import LeaveMember, LeaveRequest
 from ._groups_common import runtime

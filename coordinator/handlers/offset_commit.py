@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.codec import ms
-from protocol.errors import ErrorCode
+from rallypoint.protocol.codec import ms
+from rallypoint.protocol.errors import ErrorCode
 
 from ..groups.events import CommitPartition, CommitRequest, CommitTopic
 from ._groups_common import TopicErrorsBuilder, partition_exists, runtime

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 from ..topics.log import LEADER_EPOCH
 

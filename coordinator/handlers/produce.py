@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import CloseConnection
 from ..logs import get as get_logger

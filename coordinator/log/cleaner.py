@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from protocol.offsets_schema import OffsetsSchemaError, UnknownKey, decode_key
-from protocol.records import Record, decode_records, encode_batch, scan_batches
+from rallypoint.protocol.offsets_schema import OffsetsSchemaError, UnknownKey, decode_key
+from rallypoint.protocol.records import Record, decode_records, encode_batch, scan_batches
 
 from .segments import CLEANED_SUFFIX, Segment, fsync_dir, swap_name
 

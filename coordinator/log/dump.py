@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from protocol.offsets_schema import (
+from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -36,7 +36,7 @@ from protocol.offsets_schema import (
     decode_value,
     record_version,
 )
-from protocol.records import (
+from rallypoint.protocol.records import (
     CONTROL_COMMIT,
     BatchHeader,
     Record,

@@ -37,11 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coordinator.clock import Clock, SystemClock
-from coordinator.groups.persist import PersistError
-from coordinator.logs import get as get_logger
-from protocol.errors import ErrorCode
-from protocol.offsets_schema import (
+from rallypoint.clock import Clock, SystemClock
+from rallypoint.groups.persist import PersistError
+from rallypoint.logs import get as get_logger
+from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import (
     GroupMetadataValue,
     Key,
     OffsetCommitKey,
@@ -50,7 +50,7 @@ from protocol.offsets_schema import (
     Value,
     encode_record,
 )
-from protocol.records import build_batch
+from rallypoint.protocol.records import build_batch
 
 from .cleaner import CleanerStopped, CleanResult, clean_partition
 from .errors import OffsetsLogStartError

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from protocol.records import (
+from rallypoint.protocol.records import (
     CorruptBatchError,
     RecordBatch,
     RecordsError,
@@ -274,7 +274,7 @@ def recover_partition(
 
 def iter_segment_batches(path: Path, *, is_last: bool = True) -> Iterator[RecordBatch]:
     """Batches of one segment file (for tools); stops quietly at a torn tail of a last segment."""
-    from protocol.records import iter_file_batches
+    from rallypoint.protocol.records import iter_file_batches
 
     try:
         yield from iter_file_batches(path)

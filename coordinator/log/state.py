@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from protocol.offsets_schema import (
+from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
@@ -32,7 +32,7 @@ from protocol.offsets_schema import (
     decode_key,
     decode_offset_commit_value,
 )
-from protocol.records import CONTROL_COMMIT, RecordBatch, control_type
+from rallypoint.protocol.records import CONTROL_COMMIT, RecordBatch, control_type
 
 
 @dataclass

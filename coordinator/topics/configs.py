@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 from .errors import TopicError
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 
 class TopicError(Exception):

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 from .log import LEADER_EPOCH, OffsetOutOfRange, PartitionLog
 

@@ -15,7 +15,7 @@ import asyncio
 import bisect
 from dataclasses import dataclass
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 from .producers import ProducerStates
 from .records import (

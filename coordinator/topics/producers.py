@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 from .records import INT32_MAX, NO_SEQUENCE, BatchError, BatchHeader, decrement_sequence
 

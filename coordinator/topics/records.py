@@ -27,8 +27,7 @@ import struct
 from dataclasses import dataclass
 
 import crc32c
-
-from protocol.errors import ErrorCode
+from rallypoint.protocol.errors import ErrorCode
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength
