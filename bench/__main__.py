@@ -97,7 +97,7 @@ changed (before/after figures are the side-by-side rows of this document's histo
    append, so the log's group commit never saw two batches at once. The log already keeps call
    order, so the lock went (`coordinator/groups/runtime.py`). With `rallypoint.offsets.flush`
    `interval`/`never` each batch still hopped to an I/O thread and back; it is now written from the
-   event loop, and only fsyncs go to threads (`coordinator/log/offsets_log.py`).
+   event loop, and only fsyncs go to threads (`coordinator/storage/offsets_log.py`).
 4. The broker runs on **uvloop** when it is installed (a dependency on Linux).
 
 What remains: the rest of a request's cost is spread thin over decoding (the safe reader that

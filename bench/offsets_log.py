@@ -28,12 +28,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rallypoint.log import OffsetsLog
-from rallypoint.log.cleaner import clean_partition
-from rallypoint.log.recovery import replay_partition
-from rallypoint.log.segments import partition_dir, segment_name
 from rallypoint.protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_record, partition_for
 from rallypoint.protocol.records import build_batch
+from rallypoint.storage import OffsetsLog
+from rallypoint.storage.cleaner import clean_partition
+from rallypoint.storage.recovery import replay_partition
+from rallypoint.storage.segments import partition_dir, segment_name
 
 from bench.common import summarize
 

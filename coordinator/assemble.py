@@ -1,4 +1,4 @@
-"""Wire the broker's components together (one place, so each helper adds one line)."""
+"""Build the broker and wire its parts together: each part gets what it needs, explicitly."""
 
 from __future__ import annotations
 
@@ -6,12 +6,17 @@ from .broker import Broker
 from .clock import Clock
 from .config import Config
 from .groups.runtime import GroupsRuntime
-from .log import OffsetsLog
+from .storage import OffsetsLog
 
 
 def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     broker = Broker(cfg, clock)
-    broker.add_component("topics", broker.topics)
-    broker.add_component("groups", GroupsRuntime(broker))
-    broker.add_component("offsets_log", OffsetsLog.from_broker(broker))  # after "groups": start() loads into it
+    groups = GroupsRuntime.from_config(cfg, broker.clock)
+    offsets_log = OffsetsLog.from_config(cfg, broker.data_dir, broker.clock, loader=groups.load)
+    groups.offsets_log = offsets_log
+    broker.groups = groups
+    broker.offsets_log = offsets_log
+    broker.add_component(broker.topics)
+    broker.add_component(groups)
+    broker.add_component(offsets_log)  # after the groups runtime: its start() loads into it
     return broker

@@ -1,9 +1,9 @@
 """The broker: everything a handler may ask, in one object.
 
-Components (topic store, group coordinator runtime, offsets log, ...) hang off
-:class:`Broker`.  Components with a life cycle register themselves with
-:meth:`Broker.add_component`; the server starts them before listening and stops them,
-in reverse order, on shutdown.
+The parts (topic store, group coordinator runtime, offsets log, ...) are typed attributes of
+:class:`Broker`, built and wired by :func:`rallypoint.assemble.build_broker`.  Parts with a life
+cycle are also registered with :meth:`Broker.add_component`; the server starts them before
+listening and stops them, in reverse order, on shutdown.
 """
 
 from __future__ import annotations
@@ -13,12 +13,16 @@ import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .clock import Clock, SystemClock
 from .config import Config
-from .logs import get as get_logger
+from .logger import get as get_logger
 from .topics import TopicStore
+
+if TYPE_CHECKING:
+    from .groups.runtime import GroupsRuntime
+    from .storage import OffsetsLog
 
 log = get_logger("rallypoint.broker")
 
@@ -90,8 +94,10 @@ class Broker:
         )
         self.bound_port: int = config["port"]
         self._components: list[Component] = []
-        # Named components (e.g. "groups", "offsets", "log") for handlers to reach.
-        self.parts: dict[str, Any] = {}
+        # Set by rallypoint.assemble.build_broker (a bare Broker, as some unit tests build, has
+        # neither: handlers that need them are not run against it).
+        self.groups: GroupsRuntime
+        self.offsets_log: OffsetsLog | None = None
 
     @property
     def advertised_host(self) -> str:
@@ -102,10 +108,9 @@ class Broker:
         p = self.config["advertised.port"]
         return int(p) if p is not None else self.bound_port
 
-    def add_component(self, name: str, component: Any) -> None:
-        self.parts[name] = component
-        if hasattr(component, "start") and hasattr(component, "stop"):
-            self._components.append(component)
+    def add_component(self, component: Component) -> None:
+        """Start ``component`` with the broker (in registration order) and stop it in reverse."""
+        self._components.append(component)
 
     async def start(self) -> None:
         for c in self._components:

@@ -20,12 +20,12 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from . import config as config_mod
-from . import logs
+from . import logger
 
 # subcommand -> "module:function" taking argv (list[str]) and returning an exit code.
 SUBCOMMANDS: dict[str, str] = {
     "probe": "rallypoint.probe:main",
-    "dump-log": "rallypoint.log.dump:main",
+    "dump-log": "rallypoint.storage.dump:main",
     "report": "rallypoint.pipeline.job:main",
 }
 
@@ -135,8 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except SystemExit as e:  # argparse: --help (0) or usage error (2)
         return int(e.code or 0)
-    logs.configure(args.log_format, args.log_level)
-    from .log.errors import OffsetsLogStartError
+    logger.configure(args.log_format, args.log_level)
+    from .storage.errors import OffsetsLogStartError
 
     try:
         _run(serve(cfg))

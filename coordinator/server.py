@@ -29,7 +29,7 @@ from rallypoint.protocol.framing import FrameError, parse_request_header, peek_a
 from .broker import Broker, CloseConnection, RequestContext
 from .handlers import load_handlers
 from .handlers.api_versions import unsupported_version_body
-from .logs import get as get_logger
+from .logger import get as get_logger
 
 log = get_logger("rallypoint.server")
 

@@ -151,7 +151,7 @@ def find_segments(broker: str, data_dir: str | os.PathLike[str]) -> list[Segment
 
 def _is_torn_tail(seg: SegmentFile, err: rec.RecordsError) -> bool:
     """Whether the broker's recovery truncates this damage away instead of refusing to start
-    (coordinator/log/segments.py ``scan_segment``): only in the partition's last segment, a batch
+    (coordinator/storage/segments.py ``scan_segment``): only in the partition's last segment, a batch
     cut short, zero bytes after the last batch, or a final batch that fails its header checks (CRC)
     and ends exactly at the end of the file.  A batch whose CRC matches but whose records do not
     decode is corruption wherever it is."""
@@ -437,7 +437,7 @@ def decode_segments(segs: Iterable[SegmentFile], batch_rows: int = BATCH_ROWS) -
 
 def check_order(segments: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Segment rows (``kind == "segment"``) with what only the whole partition shows: offsets
-    must not go backwards from one segment to the next (coordinator/log/segments.py
+    must not go backwards from one segment to the next (coordinator/storage/segments.py
     ``recover_partition``: an overlapping segment or a batch below the expected offset stops the
     broker).  Such a segment is marked ``corrupt`` with no valid bytes (its records were decoded but
     none is trusted); rows are returned in (broker, partition, base) order."""

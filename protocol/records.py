@@ -1,7 +1,7 @@
 """Kafka record batches, magic v2 (the on-disk and on-wire format since Kafka 0.11).
 
 Pure functions over bytes (or a file path): no asyncio, no state.  Used by the offsets log
-(``coordinator/log``), by ``rallypoint dump-log`` and by the Spark pipeline.
+(``coordinator/storage``), by ``rallypoint dump-log`` and by the Spark pipeline.
 
 Batch layout (big-endian; byte offsets from the start of the batch; Kafka's
 ``DefaultRecordBatch``)::

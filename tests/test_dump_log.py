@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 from rallypoint.clock import FakeClock
-from rallypoint.log import OffsetsLog
-from rallypoint.log.segments import list_segments, partition_dir
 from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -24,6 +22,8 @@ from rallypoint.protocol.offsets_schema import (
     encode_record,
 )
 from rallypoint.protocol.records import build_batch
+from rallypoint.storage import OffsetsLog
+from rallypoint.storage.segments import list_segments, partition_dir
 
 from tests.support import ROOT, BrokerProcess
 

@@ -21,7 +21,7 @@ from tests.test_groups_wire import join_stable, make_topic
 
 
 def _has_offsets_log(tmp: Path) -> bool:
-    return "offsets_log" in build_broker(config.load({"data.dir": str(tmp)}, env={})).parts
+    return build_broker(config.load({"data.dir": str(tmp)}, env={})).offsets_log is not None
 
 
 def test_committed_offsets_and_group_state_survive_a_restart(

@@ -24,7 +24,7 @@ from rallypoint.groups.events import (
     Protocol,
     SyncRequest,
 )
-from rallypoint.groups.persist import PersistError, Record
+from rallypoint.groups.persist import Record
 from rallypoint.groups.runtime import GroupsRuntime
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import (
@@ -35,6 +35,7 @@ from rallypoint.protocol.offsets_schema import (
     OffsetCommitValue,
     partition_for,
 )
+from rallypoint.storage.errors import PersistError
 
 E = ErrorCode
 META = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
@@ -67,17 +68,15 @@ async def started(tmp_path: Path, log: FakeLog | None = None, **cfg: str) -> Gro
     """A broker with only the groups runtime (and the fake log, if any), started."""
     overrides = {"data.dir": str(tmp_path), "group.min.session.timeout.ms": "100", **cfg}
     broker = Broker(config.load(overrides, env={}))
-    rt = GroupsRuntime(broker)
-    broker.add_component("groups", rt)
-    if log is not None:
-        broker.parts["offsets_log"] = log
+    rt = GroupsRuntime.from_config(broker.config, broker.clock)
+    rt.offsets_log = log
     await rt.start()
     return rt
 
 
 def test_the_broker_registers_the_groups_runtime(tmp_path: Path) -> None:
     broker = build_broker(config.load({"data.dir": str(tmp_path)}, env={}))
-    assert isinstance(broker.parts["groups"], GroupsRuntime)
+    assert isinstance(broker.groups, GroupsRuntime) and broker.groups.offsets_log is broker.offsets_log
 
 
 def commit_req(group: str, offset: int, generation: int = -1, member: str = "") -> CommitRequest:

@@ -13,10 +13,6 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rallypoint.log.cleaner import clean_partition
-from rallypoint.log.recovery import replay_partition
-from rallypoint.log.segments import recover_partition, segment_name
-from rallypoint.log.state import rebuild
 from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -26,6 +22,10 @@ from rallypoint.protocol.offsets_schema import (
     encode_record,
 )
 from rallypoint.protocol.records import Record, encode_batch, iter_file_batches
+from rallypoint.storage.cleaner import clean_partition
+from rallypoint.storage.loader import rebuild
+from rallypoint.storage.recovery import replay_partition
+from rallypoint.storage.segments import recover_partition, segment_name
 
 RETENTION = 1000
 GROUPS = ("a", "b", "c")

@@ -21,11 +21,6 @@ import aiokafka.record as aiorecord
 import kafka.record as kprecord
 import pytest
 from rallypoint.clock import FakeClock
-from rallypoint.groups.persist import PersistError
-from rallypoint.log import CorruptLogError, OffsetsLog
-from rallypoint.log import offsets_log as offsets_log_mod
-from rallypoint.log.recovery import PartitionCountError, replay_partition
-from rallypoint.log.segments import list_segments, partition_dir
 from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -36,6 +31,11 @@ from rallypoint.protocol.offsets_schema import (
     decode_value,
 )
 from rallypoint.protocol.records import iter_file_batches
+from rallypoint.storage import CorruptLogError, OffsetsLog
+from rallypoint.storage import offsets_log as offsets_log_mod
+from rallypoint.storage.errors import PersistError
+from rallypoint.storage.recovery import PartitionCountError, replay_partition
+from rallypoint.storage.segments import list_segments, partition_dir
 
 from tests.support import ROOT
 
@@ -565,12 +565,12 @@ async def test_independent_kafka_readers_accept_our_segments(tmp_path: Path) -> 
 _STORM = textwrap.dedent(
     """
     import asyncio, sys
-    from rallypoint import logs
-    from rallypoint.log import OffsetsLog
+    from rallypoint import logger
+    from rallypoint.storage import OffsetsLog
     from rallypoint.protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue
 
     async def main():
-        logs.configure("json", "warning")  # logs to stderr; stdout carries only acknowledgements
+        logger.configure("json", "warning")  # logs to stderr; stdout carries only acknowledgements
         log = OffsetsLog(sys.argv[1], num_partitions=4, flush="always", cleaner=False, segment_bytes=4096)
         await log.start()
         async def committer(c):
@@ -650,7 +650,7 @@ async def test_persist_error_codes(tmp_path: Path) -> None:
 
 
 async def test_a_second_log_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
-    from rallypoint.log.errors import OffsetsLogStartError
+    from rallypoint.storage.errors import OffsetsLogStartError
 
     first = make_log(tmp_path)
     await first.start()

@@ -1,6 +1,6 @@
 """pipeline/decode.py and pipeline/replay.py without Spark: segments crafted with protocol/'s encoders.
 
-The broker's own loader (coordinator/log: recover_partition + StateBuilder) is the oracle for what
+The broker's own loader (coordinator/storage: recover_partition + StateBuilder) is the oracle for what
 a replay must produce; damaged segments are counted, never raised.
 """
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from rallypoint.log.recovery import replay_partition
-from rallypoint.log.segments import CorruptLogError
 from rallypoint.pipeline import decode, replay, synth
 from rallypoint.protocol import offsets_schema as schema
 from rallypoint.protocol import records as rec
+from rallypoint.storage.recovery import replay_partition
+from rallypoint.storage.segments import CorruptLogError
 
 
 def rows(seg: decode.SegmentFile) -> list[dict[str, object]]:

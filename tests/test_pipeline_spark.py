@@ -3,7 +3,7 @@
 One pipeline run (module fixture) over three "brokers": b1 (synthetic, with transactions), b2
 (synthetic, then a torn tail and a corrupted closed segment), crafted (hand-made records whose
 tables are known exactly: rebalance reasons, a deleted and a recreated group, invariant
-violations).  Oracles: pipeline/replay.py and the broker's own loader (coordinator/log).
+violations).  Oracles: pipeline/replay.py and the broker's own loader (coordinator/storage).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rallypoint.log.recovery import replay_partition
 from rallypoint.pipeline import decode, job, replay, synth
 from rallypoint.protocol import offsets_schema as schema
 from rallypoint.protocol import records as rec
+from rallypoint.storage.recovery import replay_partition
 
 pytestmark = pytest.mark.spark
 

@@ -54,7 +54,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[tuple[Server, Recorder, list[str]
     broker = build_broker(cfg)
     events: list[str] = []
     recorder = Recorder(events)
-    broker.add_component("recorder", recorder)
+    broker.add_component(recorder)
     server = Server(broker, "127.0.0.1", 0)
     await server.start()
     yield server, recorder, events

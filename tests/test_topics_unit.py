@@ -16,7 +16,7 @@ from rallypoint.protocol.errors import ErrorCode
 from rallypoint.topics import TopicError, TopicStore
 from rallypoint.topics.fetch_sessions import ZERO_UUID, FetchSessionCache, PartitionRequest
 from rallypoint.topics.fetcher import ReadSpec, fetch, read_all
-from rallypoint.topics.log import OffsetOutOfRange, PartitionLog
+from rallypoint.topics.partition import OffsetOutOfRange, PartitionLog
 from rallypoint.topics.records import BatchError, record_timestamps, split_batches, validate_produce_records
 
 MAX = 1048588

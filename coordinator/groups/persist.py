@@ -1,11 +1,10 @@
 """The persistence hook between the group coordinator and the offsets log.
 
-Contract (helper-notes/CONTRACT-groups-offsets.md): the offsets-log component registered as
-``broker.parts["offsets_log"]`` has
+Contract: the offsets-log component (``rallypoint.storage.OffsetsLog``, ``broker.offsets_log``) has
 
     async def append(self, partition: int, records: Sequence[tuple[Key, Value | None]]) -> None
 
-which returns once the records are appended and flushed, or raises :class:`PersistError`.
+which returns once the records are appended and flushed, or raises :class:`rallypoint.storage.errors.PersistError`.
 One call = one record batch.  ``None`` as a value is a tombstone.
 
 The group coordinator releases every response that depends on records only after ``append``
@@ -24,19 +23,6 @@ from rallypoint.protocol.offsets_schema import GroupMetadataKey, GroupMetadataVa
 Key: TypeAlias = OffsetCommitKey | GroupMetadataKey
 Value: TypeAlias = OffsetCommitValue | GroupMetadataValue
 Record: TypeAlias = tuple[Key, Value | None]
-
-
-class PersistError(Exception):
-    """An append to ``__consumer_offsets`` failed.
-
-    ``error`` is the *storage-level* error, as Kafka's log layer would report it (a failed
-    write or fsync is ``KAFKA_STORAGE_ERROR``); the coordinator maps it to the error the
-    client sees with :func:`response_error`.
-    """
-
-    def __init__(self, message: str, error: ErrorCode = ErrorCode.KAFKA_STORAGE_ERROR) -> None:
-        super().__init__(message)
-        self.error = error
 
 
 class OffsetsLog(Protocol):

@@ -9,7 +9,7 @@
   then releases the responses that depend on them;
 * state transitions are logged as one structured event each.
 
-Component name ``"groups"`` in ``broker.parts``.  The offsets-log component calls
+The broker holds it as ``broker.groups``.  The offsets-log component calls
 :meth:`GroupsRuntime.load` (and optionally :meth:`GroupsRuntime.begin_load`) at start-up.
 """
 
@@ -25,7 +25,10 @@ from typing import Any, TypeVar
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
 
-from ..logs import get as get_logger
+from ..clock import Clock
+from ..config import Config
+from ..logger import get as get_logger
+from ..storage.errors import PersistError
 from .events import (
     ArmTimer,
     CancelTimer,
@@ -53,7 +56,7 @@ from .events import (
     TimerKey,
     Transition,
 )
-from .persist import PersistError
+from .persist import OffsetsLog
 from .state import GroupConfig, GroupMachine
 
 log = get_logger("rallypoint.groups")
@@ -72,17 +75,28 @@ class _Timer:
 
 
 class GroupsRuntime:
-    def __init__(self, broker: Any, machine: GroupMachine | None = None) -> None:
-        self.broker = broker
-        self.clock = broker.clock
-        self.config = GroupConfig.from_settings(broker.config.get)
+    def __init__(
+        self,
+        config: GroupConfig,
+        clock: Clock,
+        machine: GroupMachine | None = None,
+        offsets_log: OffsetsLog | None = None,
+    ) -> None:
+        self.clock = clock
+        self.config = config
         self.machine = machine or GroupMachine(self.config)
+        # Where records go; None (unit tests, an in-memory broker): every write succeeds at once.
+        self.offsets_log = offsets_log
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future[Any]] = {}
         self._timers: dict[TimerKey, _Timer] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shut_down = False
+
+    @classmethod
+    def from_config(cls, cfg: Config, clock: Clock) -> GroupsRuntime:
+        return cls(GroupConfig.from_settings(cfg.get), clock)
 
     # ----------------------------------------------------------------- life cycle
 
@@ -197,7 +211,7 @@ class GroupsRuntime:
                 if t is not None and t.handle is not None:
                     t.handle.cancel()
             elif isinstance(e, Persist):
-                offsets_log = self.broker.parts.get("offsets_log")
+                offsets_log = self.offsets_log
                 if offsets_log is None or self._loop is None:
                     # No log (unit tests, in-memory broker): the write "succeeds" at once.
                     queue.extend(self.machine.persist_done(e.persist_id, None, self.clock.now_ms()))
@@ -219,7 +233,7 @@ class GroupsRuntime:
             elif isinstance(e, Note):
                 log.info(e.event, **e.fields)
 
-    async def _append(self, offsets_log: Any, e: Persist) -> None:
+    async def _append(self, offsets_log: OffsetsLog, e: Persist) -> None:
         # No lock: the offsets log queues a batch before its first await, and these tasks start
         # in creation order (the event loop runs callbacks FIFO), so batches reach the log in the
         # order the machine emitted them while concurrent appends still share one fsync (group

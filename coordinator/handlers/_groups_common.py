@@ -12,8 +12,7 @@ from ..groups.runtime import GroupsRuntime
 
 
 def runtime(ctx: Any) -> GroupsRuntime:
-    rt = ctx.broker.parts["groups"]
-    assert isinstance(rt, GroupsRuntime)
+    rt: GroupsRuntime = ctx.broker.groups
     return rt
 
 

@@ -91,7 +91,7 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
             continue
         answer(name, tid, ErrorCode.NONE)
         deleted.append(name)
-    groups = ctx.broker.parts.get("groups")
+    groups = getattr(ctx.broker, "groups", None)
     if deleted and groups is not None:
         # Kafka's coordinator drops the committed offsets of deleted topics, writing tombstones
         # (GroupCoordinator.onPartitionsDeleted / GroupMetadataManager.cleanupGroupMetadata).

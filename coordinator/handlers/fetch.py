@@ -15,7 +15,7 @@ from typing import Any
 from rallypoint.protocol import codec
 from rallypoint.protocol.errors import ErrorCode
 
-from ..logs import get as get_logger
+from ..logger import get as get_logger
 from ..topics.fetch_sessions import INVALID_SESSION_ID, ZERO_UUID, Key, PartitionRequest
 from ..topics.fetcher import ReadSpec, fetch
 

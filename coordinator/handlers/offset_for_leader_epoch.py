@@ -15,7 +15,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
-from ..topics.log import LEADER_EPOCH
+from ..topics.partition import LEADER_EPOCH
 
 API_KEY = 23
 

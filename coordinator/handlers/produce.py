@@ -24,7 +24,7 @@ from typing import Any
 from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import CloseConnection
-from ..logs import get as get_logger
+from ..logger import get as get_logger
 from ..topics.records import TRANSACTIONAL_MASK, BatchError, split_batches, validate_produce_records
 
 API_KEY = 0

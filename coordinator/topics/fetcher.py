@@ -23,7 +23,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
-from .log import LEADER_EPOCH, OffsetOutOfRange, PartitionLog
+from .partition import LEADER_EPOCH, OffsetOutOfRange, PartitionLog
 
 # Kafka's fetch.max.bytes broker default: caps a request's max_bytes.
 BROKER_FETCH_MAX_BYTES = 57671680

@@ -24,11 +24,11 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
-from ..logs import get as get_logger
+from ..logger import get as get_logger
 from . import configs as topic_configs
 from .errors import TopicError
 from .fetch_sessions import FetchSessionCache
-from .log import PartitionLog
+from .partition import PartitionLog
 
 log = get_logger("rallypoint.topics")
 

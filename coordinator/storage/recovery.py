@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import OffsetsLogStartError
+from .loader import PartitionState, StateBuilder
 from .segments import (
     CorruptLogError,
     RecoveryReport,
@@ -19,7 +20,6 @@ from .segments import (
     list_segments,
     recover_partition,
 )
-from .state import PartitionState, StateBuilder
 
 
 @dataclass

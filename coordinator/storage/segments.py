@@ -9,7 +9,7 @@ Recovery rules (docs/offsets-log-format.md, "Recovery"):
 
 * Cleaner leftovers are resolved first: ``*.log.cleaned`` (a cleaning that did not finish) is
   deleted; ``<base>-<end>.log.swap`` (a finished cleaning not yet installed) replaces every
-  segment whose base offset is in ``[base, end)`` — see ``coordinator/log/cleaner.py``.
+  segment whose base offset is in ``[base, end)`` — see ``coordinator/storage/cleaner.py``.
 * Every batch of every segment is read in offset order and its CRC-32C verified.
 * A **torn tail** — at the end of the *last* segment, a batch cut short, or a final batch whose
   CRC does not match and that ends exactly at the end of the file, or zero bytes — is what a

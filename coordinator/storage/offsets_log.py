@@ -1,13 +1,13 @@
-"""The offsets log component (``broker.parts["offsets_log"]``): durable, group-committed appends
+"""The offsets log component (``broker.offsets_log``): durable, group-committed appends
 to ``__consumer_offsets-<N>`` segment files, start-up recovery, and background compaction.
 
-Contract with the groups runtime (helper-notes/CONTRACT-groups-offsets.md):
+Contract with the groups runtime (``rallypoint.groups.persist``):
 
 * ``await append(partition, [(key, value | None), ...])`` writes one record batch and returns
   once it is written and, per ``rallypoint.offsets.flush``, fsynced; it raises
   :class:`~coordinator.groups.persist.PersistError` otherwise.
 * ``start()`` replays every partition before the server listens and calls
-  ``broker.parts["groups"].load(partition, groups, offsets)`` once per partition.
+  its ``loader(partition, groups, offsets)`` (the groups runtime's ``load``) once per partition.
 
 Write path.  Each partition has a queue and a writer task.  The writer takes *everything*
 queued (group commit), assigns offsets, and hands the batches to an I/O thread which writes
@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from rallypoint.clock import Clock, SystemClock
-from rallypoint.groups.persist import PersistError
-from rallypoint.logs import get as get_logger
+from rallypoint.config import Config
+from rallypoint.logger import get as get_logger
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import (
     GroupMetadataValue,
@@ -53,7 +53,7 @@ from rallypoint.protocol.offsets_schema import (
 from rallypoint.protocol.records import build_batch
 
 from .cleaner import CleanerStopped, CleanResult, clean_partition
-from .errors import OffsetsLogStartError
+from .errors import OffsetsLogStartError, PersistError
 from .recovery import check_partition_dirs, replay_partition
 from .segments import Segment, fsync_dir, partition_dir, segment_name
 
@@ -152,23 +152,16 @@ class OffsetsLog:
         self.cleaner_crash_hook: Callable[[str], None] | None = None
 
     @classmethod
-    def from_broker(cls, broker: Any) -> OffsetsLog:
-        cfg = broker.config
-
-        def load(partition: int, groups: Mapping[str, GroupMetadataValue], offsets: Mapping[Any, Any]) -> None:
-            runtime = broker.parts.get("groups")
-            if runtime is not None and hasattr(runtime, "load"):
-                runtime.load(partition, groups, offsets)
-
+    def from_config(cls, cfg: Config, data_dir: Path, clock: Clock, loader: Loader | None) -> OffsetsLog:
         return cls(
-            broker.data_dir,
+            data_dir,
             num_partitions=cfg["offsets.topic.num.partitions"],
             segment_bytes=cfg["offsets.topic.segment.bytes"],
             flush=cfg["rallypoint.offsets.flush"],
             flush_interval_ms=cfg["rallypoint.offsets.flush.interval.ms"],
             delete_retention_ms=cfg["log.cleaner.delete.retention.ms"],
-            clock=broker.clock,
-            loader=load,
+            clock=clock,
+            loader=loader,
         )
 
     # ------------------------------------------------------------------ life cycle
