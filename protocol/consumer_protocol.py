@@ -158,6 +158,21 @@ def decode_subscription(data: bytes) -> Subscription:
     return Subscription(version, topics, user_data, owned, generation_id, rack_id)
 
 
+def decode_subscription_topics(data: bytes) -> tuple[str, ...]:
+    """The topics of a subscription, read with the version-0 schema whatever its version (the
+    int16 version, topics, user data; later fields are ignored): how Kafka's group coordinator
+    learns a classic group's topics (``ClassicGroup.computeSubscribedTopics``).  Any negative
+    user-data length reads as null, as in Kafka's generated readers.  Raises
+    :class:`ConsumerProtocolError` when that prefix does not parse."""
+    r = _Reader(bytes(data))
+    r.int16()  # the version: every version starts with the v0 fields
+    topics = tuple(r.string() for _ in range(r.count()))
+    n = r.int32()
+    if n >= 0:
+        r._take(n)
+    return topics
+
+
 def decode_assignment(data: bytes) -> Assignment:
     r = _Reader(bytes(data))
     version = r.version()

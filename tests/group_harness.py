@@ -1,5 +1,9 @@
-"""A driver for the sans-IO group state machine: a FakeClock, instant timers, inspectable
-effects.  No sockets, no asyncio, no sleeping."""
+"""A driver for the sans-IO group coordinator: a FakeClock, instant timers, inspectable
+effects.  No sockets, no asyncio, no sleeping.
+
+Writes succeed at once unless ``hold_persists`` (then ``complete_persists``/``fail_persist``
+answer them) or ``fail_persists_with``.  An ``InternalError`` effect fails the test unless
+``expect_internal_errors`` is set (they are then collected in ``internal_errors``)."""
 
 from __future__ import annotations
 
@@ -14,14 +18,15 @@ from rallypoint.groups.events import (
     CommitRequest,
     CommitTopic,
     Effect,
-    FetchGroupRequest,
-    FetchRequest,
     HeartbeatRequest,
+    InternalError,
     JoinRequest,
     JoinResult,
     LeaveMember,
     LeaveRequest,
     Note,
+    OffsetFetchGroupRequest,
+    OffsetFetchRequest,
     Persist,
     Protocol,
     Respond,
@@ -29,8 +34,10 @@ from rallypoint.groups.events import (
     SyncResult,
     Transition,
 )
-from rallypoint.groups.state import GroupConfig, GroupMachine, GroupState, assert_transition
+from rallypoint.groups.coordinator import GroupCoordinator
+from rallypoint.groups.model import GroupConfig, GroupState, assert_transition
 from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
 
 E = ErrorCode
 META = b"\x00\x01\x00\x00\x00\x01\x00\x05topic\xff\xff\xff\xff"  # ConsumerProtocolSubscription v1: ["topic"]
@@ -49,10 +56,13 @@ class Harness:
     clock: FakeClock = field(default_factory=FakeClock)
     hold_persists: bool = False
     fail_persists_with: ErrorCode | None = None
+    expect_internal_errors: bool = False
 
     def __post_init__(self) -> None:
         ids = itertools.count(1)
-        self.m = GroupMachine(self.config, new_uuid=lambda: f"uuid{next(ids)}")
+        self.m = GroupCoordinator(self.config, new_uuid=lambda: f"uuid{next(ids)}")
+        self.internal_errors: list[InternalError] = []
+        self.written: list[Persist] = []  # writes the log acknowledged, in order
         self.responses: dict[int, Any] = {}
         self.transitions: list[Transition] = []
         self.persisted: list[Persist] = []
@@ -77,17 +87,64 @@ class Harness:
                 if self.hold_persists:
                     self.pending.append(e)
                 else:
-                    self.apply(self.m.persist_done(e.persist_id, self.fail_persists_with, self.now))
+                    self._answer(e, self.fail_persists_with)
             elif isinstance(e, Transition):
                 assert_transition(e.group_id, GroupState(e.from_state), GroupState(e.to_state))
                 self.transitions.append(e)
             elif isinstance(e, Note):
                 self.notes.append(e)
+            elif isinstance(e, InternalError):
+                if not self.expect_internal_errors:
+                    raise AssertionError(f"internal error in {e.event}") from e.error
+                self.internal_errors.append(e)
+
+    def _answer(self, p: Persist, error: ErrorCode | None) -> None:
+        if error is None:
+            self.written.append(p)
+        self.apply(self.m.persist_done(p.persist_id, error, self.now))
 
     def complete_persists(self, error: ErrorCode | None = None) -> None:
         pending, self.pending = self.pending, []
         for p in pending:
-            self.apply(self.m.persist_done(p.persist_id, error, self.now))
+            self._answer(p, error)
+
+    def answer_persist(self, index: int, error: ErrorCode | None = None) -> Persist:
+        """Answer one held write (by its index among the held ones), the others stay held."""
+        p = self.pending.pop(index)
+        self._answer(p, error)
+        return p
+
+    # ------------------------------------------------------------ memory and "disk"
+
+    def offsets(self, group: str) -> dict[tuple[str, int], OffsetCommitValue]:
+        """The group's offsets as later writes see them (appended writes included)."""
+        return self.m.ctx.timeline.current_offsets(group)
+
+    def committed(self, group: str) -> dict[tuple[str, int], OffsetCommitValue]:
+        """The group's offsets the log acknowledged (what OffsetFetch answers)."""
+        return self.m.ctx.timeline.committed_offsets(group)
+
+    def disk(self) -> tuple[dict[str, GroupMetadataValue], dict[OffsetCommitKey, OffsetCommitValue]]:
+        """What a restart would load: the acknowledged writes replayed in order."""
+        groups: dict[str, GroupMetadataValue] = {}
+        offsets: dict[OffsetCommitKey, OffsetCommitValue] = {}
+        for p in self.written:
+            for key, value in p.records:
+                if isinstance(key, GroupMetadataKey):
+                    if value is None:
+                        groups.pop(key.group, None)
+                    else:
+                        assert isinstance(value, GroupMetadataValue)
+                        groups[key.group] = value
+                elif value is None:
+                    offsets.pop(key, None)
+                else:
+                    assert isinstance(value, OffsetCommitValue)
+                    offsets[key] = value
+        return groups, offsets
+
+    def disk_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        return {(k.topic, k.partition): v.offset for k, v in self.disk()[1].items() if k.group == group}
 
     def advance(self, ms: int) -> None:
         self.clock.advance(ms)
@@ -205,7 +262,8 @@ class Harness:
     def fetch(self, group: str, topics: dict[str, list[int]] | None = None, *, require_stable: bool = False) -> int:
         t = self.token()
         tps = None if topics is None else tuple((n, tuple(ps)) for n, ps in topics.items())
-        self.apply(self.m.fetch_offsets(t, FetchRequest((FetchGroupRequest(group, tps),), require_stable), self.now))
+        req = OffsetFetchRequest((OffsetFetchGroupRequest(group, tps),), require_stable)
+        self.apply(self.m.fetch_offsets(t, req, self.now))
         return t
 
     def fetched(self, token: int) -> dict[tuple[str, int], tuple[int, str, ErrorCode]]:

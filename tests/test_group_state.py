@@ -6,7 +6,7 @@ Every test drives the sans-IO machine with a FakeClock: timers fire instantly, n
 from __future__ import annotations
 
 import pytest
-from rallypoint.groups.state import (
+from rallypoint.groups.model import (
     DEAD,
     GroupConfig,
     GroupState,

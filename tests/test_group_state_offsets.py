@@ -5,7 +5,7 @@ the cache and acknowledge-after-write, retention, loading (§A.13, §B.3) and wh
 from __future__ import annotations
 
 from rallypoint.groups.events import DeleteGroupsResult, OffsetDeleteRequest
-from rallypoint.groups.state import GroupConfig, GroupState
+from rallypoint.groups.model import GroupConfig, GroupState
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
@@ -224,7 +224,7 @@ def test_retention_of_an_empty_consumer_group_counts_from_when_it_became_empty()
     x.leave("g", (leader, None))  # Empty now
     assert x.state() == S.EMPTY
     x.advance(DAY - 60_000)  # commit is 1.5 days old, but the group has been empty < 1 day
-    assert x.state() == S.EMPTY and x.m.groups["g"].offsets
+    assert x.state() == S.EMPTY and x.offsets("g")
     x.advance(120_000)  # the next checks (every minute) find it a day empty
     assert "g" not in x.m.groups
     records = x.persisted[-1].records
@@ -240,7 +240,7 @@ def test_retention_of_a_stable_group_expires_only_unsubscribed_topics() -> None:
         x.advance(50_000)
         x.heartbeat("g", leader, gen)
     assert x.state() == S.STABLE
-    assert set(x.m.groups["g"].offsets) == {("sub", 0)}
+    assert set(x.offsets("g")) == {("sub", 0)}
 
 
 def test_retention_of_a_simple_group_and_explicit_expire_timestamps() -> None:
@@ -248,7 +248,7 @@ def test_retention_of_a_simple_group_and_explicit_expire_timestamps() -> None:
     x.commit("s", {("t", 0): 1})
     x.commit("s", {("t", 1): 1}, version=2, retention=3_600_000)  # explicit: 1 hour
     x.advance(3_600_000)
-    assert set(x.m.groups["s"].offsets) == {("t", 0)}
+    assert set(x.offsets("s")) == {("t", 0)}
     x.advance(DAY)
     assert "s" not in x.m.groups
 
@@ -262,7 +262,7 @@ def test_retention_never_expires_an_offset_whose_commit_is_being_written() -> No
     x.advance(1)  # retention check: the old value is expired but a commit is pending
     assert "s" in x.m.groups
     x.complete_persists()
-    assert x.m.groups["s"].offsets[("t", 0)].offset == 2
+    assert x.offsets("s")[("t", 0)].offset == 2
 
 
 def test_empty_group_without_offsets_is_removed_by_the_retention_check() -> None:

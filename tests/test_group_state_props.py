@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from rallypoint.groups.events import JoinResult
-from rallypoint.groups.state import GroupConfig, GroupState
+from rallypoint.groups.model import GroupConfig, GroupState
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import GroupMetadataKey, GroupMetadataValue
 

@@ -17,10 +17,11 @@ from rallypoint.groups.events import (
     CommitPartition,
     CommitRequest,
     CommitTopic,
-    FetchGroupRequest,
-    FetchRequest,
+    HeartbeatKey,
     HeartbeatRequest,
     JoinRequest,
+    OffsetFetchGroupRequest,
+    OffsetFetchRequest,
     Protocol,
     SyncRequest,
 )
@@ -98,12 +99,12 @@ async def test_commit_is_answered_only_after_the_append(tmp_path: Path) -> None:
     assert partition == partition_for("g", 50)
     (key, value) = records[0]
     assert key == OffsetCommitKey("g", "t", 0) and isinstance(value, OffsetCommitValue) and value.offset == 5
-    fetched = await rt.fetch_offsets(FetchRequest((FetchGroupRequest("g", (("t", (0,)),)),)))
+    fetched = await rt.fetch_offsets(OffsetFetchRequest((OffsetFetchGroupRequest("g", (("t", (0,)),)),)))
     assert fetched.groups[0].topics[0].partitions[0].offset == -1  # not visible before the write
     log.gate.set()
     result = await asyncio.wait_for(task, 5)
     assert result.topics[0].partitions == ((0, E.NONE),)
-    fetched = await rt.fetch_offsets(FetchRequest((FetchGroupRequest("g", (("t", (0,)),)),)))
+    fetched = await rt.fetch_offsets(OffsetFetchRequest((OffsetFetchGroupRequest("g", (("t", (0,)),)),)))
     assert fetched.groups[0].topics[0].partitions[0].offset == 5
     await rt.stop()
 
@@ -165,7 +166,7 @@ async def test_heartbeats_keep_one_timer_handle_and_the_session_expires_on_time(
     joined = await asyncio.wait_for(rt.join(join_req("g", session=300)), 5)
     s = await rt.sync(SyncRequest("g", 1, joined.member_id, None, None, None, ((joined.member_id, b""),), 3))
     assert s.error == E.NONE
-    key = ("heartbeat", "g", joined.member_id)
+    key = HeartbeatKey("g", joined.member_id)
     handles = []
     for _ in range(10):
         await asyncio.sleep(0.1)
@@ -218,7 +219,7 @@ async def test_deleted_topics_lose_their_offsets(tmp_path: Path) -> None:
     rt.on_topics_deleted(["t"])
     await asyncio.sleep(0.05)
     assert log.calls[-1][1] == ((OffsetCommitKey("g", "t", 0), None),)
-    fetched = await rt.fetch_offsets(FetchRequest((FetchGroupRequest("g", None),)))
+    fetched = await rt.fetch_offsets(OffsetFetchRequest((OffsetFetchGroupRequest("g", None),)))
     assert fetched.groups[0].topics == ()
     await rt.stop()
 

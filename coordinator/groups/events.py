@@ -1,16 +1,16 @@
-"""What goes into the group state machine and what comes out of it: plain, immutable data.
+"""What goes into the group coordinator and what comes out of it: plain, immutable data.
 
 Requests are the group APIs' request bodies after the handler normalised them across
-versions (the machine still sees ``api_version`` where Kafka's semantics depend on it).
-Results are what a handler encodes back.  Effects are the machine's instructions to the
+versions (the coordinator still sees ``api_version`` where Kafka's semantics depend on it).
+Results are what a handler encodes back.  Effects are the coordinator's instructions to the
 runtime: respond to a parked request, arm or cancel a timer, persist records, log a state
-transition.  Nothing here does any I/O.
+transition or an internal error.  Nothing here does any I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import ClassVar, TypeAlias
 
 from rallypoint.protocol.errors import ErrorCode
 
@@ -103,14 +103,14 @@ class CommitRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class FetchGroupRequest:
+class OffsetFetchGroupRequest:
     group_id: str
     topics: tuple[tuple[str, tuple[int, ...]], ...] | None  # None = every committed offset
 
 
 @dataclass(frozen=True, slots=True)
-class FetchRequest:
-    groups: tuple[FetchGroupRequest, ...]
+class OffsetFetchRequest:
+    groups: tuple[OffsetFetchGroupRequest, ...]
     require_stable: bool = False
 
 
@@ -180,7 +180,7 @@ class CommitResult:
 
 
 @dataclass(frozen=True, slots=True)
-class FetchPartition:
+class OffsetFetchPartition:
     partition: int
     offset: int = -1
     leader_epoch: int = -1
@@ -189,21 +189,21 @@ class FetchPartition:
 
 
 @dataclass(frozen=True, slots=True)
-class FetchTopic:
+class OffsetFetchTopic:
     name: str
-    partitions: tuple[FetchPartition, ...]
+    partitions: tuple[OffsetFetchPartition, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class FetchGroupResult:
+class OffsetFetchGroupResult:
     group_id: str
     error: ErrorCode = NONE
-    topics: tuple[FetchTopic, ...] = ()
+    topics: tuple[OffsetFetchTopic, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
-class FetchResult:
-    groups: tuple[FetchGroupResult, ...]
+class OffsetFetchResult:
+    groups: tuple[OffsetFetchGroupResult, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,9 +257,60 @@ class DeleteGroupsResult:
     results: tuple[tuple[str, ErrorCode], ...]
 
 
-# -------------------------------------------------------------------------------- effects
+# ---------------------------------------------------------------------------- timer keys
+# One small frozen dataclass per kind of timer; at most one timer is armed per key (arming
+# replaces).  ``sort_key`` orders timers that fall due at the same millisecond (the fake
+# clock's ``advance`` fires them in that order).
 
-TimerKey: TypeAlias = tuple[str, ...]
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatKey:
+    """A member's (or pending member's) session, or the new-member join timeout."""
+
+    group_id: str
+    member_id: str
+    kind: ClassVar[str] = "heartbeat"
+
+    def sort_key(self) -> tuple[str, ...]:
+        return (self.kind, self.group_id, self.member_id)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinKey:
+    """The join phase of a rebalance (the initial delayed join included)."""
+
+    group_id: str
+    kind: ClassVar[str] = "join"
+
+    def sort_key(self) -> tuple[str, ...]:
+        return (self.kind, self.group_id)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncKey:
+    """Members that must send SyncGroup after a join phase (pending-sync expiry)."""
+
+    group_id: str
+    kind: ClassVar[str] = "sync"
+
+    def sort_key(self) -> tuple[str, ...]:
+        return (self.kind, self.group_id)
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionKey:
+    """The periodic offsets-retention pass (one for the whole coordinator)."""
+
+    kind: ClassVar[str] = "retention"
+
+    def sort_key(self) -> tuple[str, ...]:
+        return (self.kind,)
+
+
+TimerKey: TypeAlias = HeartbeatKey | JoinKey | SyncKey | RetentionKey
+
+
+# -------------------------------------------------------------------------------- effects
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,7 +337,7 @@ class CancelTimer:
 @dataclass(frozen=True, slots=True)
 class Persist:
     """Append ``records`` as one batch to ``__consumer_offsets`` partition ``partition``, then
-    report back with ``GroupMachine.persist_done(persist_id, error, now_ms)``."""
+    report back with ``GroupCoordinator.persist_done(persist_id, error, now_ms)``."""
 
     persist_id: int
     partition: int
@@ -315,4 +366,14 @@ class Note:
     fields: dict[str, object] = field(default_factory=dict)
 
 
-Effect: TypeAlias = Respond | ArmTimer | CancelTimer | Persist | Transition | Note
+@dataclass(frozen=True, slots=True)
+class InternalError:
+    """Handling an event raised: the coordinator answered what it had to and reloaded the
+    groups involved (docs/groups.md, "Internal errors"); the runtime logs one error event."""
+
+    event: str
+    groups: tuple[str, ...]
+    error: BaseException
+
+
+Effect: TypeAlias = Respond | ArmTimer | CancelTimer | Persist | Transition | Note | InternalError

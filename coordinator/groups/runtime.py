@@ -1,13 +1,16 @@
-"""The group coordinator's runtime: turns the state machine's effects into I/O.
+"""The group coordinator's runtime: turns the sans-IO coordinator's effects into I/O.
 
 * a parked request is an asyncio future keyed by the token the machine answers with;
 * a timer is a ``loop.call_later`` handle.  Re-arming a key to a *later* deadline (every
   heartbeat does) only records the new deadline: when the handle fires early it re-schedules
   itself, so a heartbeat costs no timer-handle churn (one handle per member);
 * records go to the ``offsets_log`` component's ``append`` (if there is one) in order, per
-  ``__consumer_offsets`` partition; the machine hears back through ``persist_done`` and only
-  then releases the responses that depend on them;
-* state transitions are logged as one structured event each.
+  ``__consumer_offsets`` partition; the coordinator hears back through ``persist_done`` and
+  only then releases the responses that depend on them;
+* state transitions are logged as one structured event each;
+* an event that raised inside the coordinator comes back as an ``InternalError`` effect and is
+  logged as one error event; should the coordinator itself raise, the runtime logs that too
+  and carries on (docs/groups.md, "Internal errors").
 
 The broker holds it as ``broker.groups``.  The offsets-log component calls
 :meth:`GroupsRuntime.load` (and optionally :meth:`GroupsRuntime.begin_load`) at start-up.
@@ -29,6 +32,7 @@ from ..clock import Clock
 from ..config import Config
 from ..logger import get as get_logger
 from ..storage.errors import PersistError
+from .coordinator import GroupCoordinator
 from .events import (
     ArmTimer,
     CancelTimer,
@@ -37,10 +41,9 @@ from .events import (
     DeleteGroupsResult,
     DescribeResult,
     Effect,
-    FetchRequest,
-    FetchResult,
     HeartbeatRequest,
     HeartbeatResult,
+    InternalError,
     JoinRequest,
     JoinResult,
     LeaveRequest,
@@ -49,6 +52,8 @@ from .events import (
     Note,
     OffsetDeleteRequest,
     OffsetDeleteResult,
+    OffsetFetchRequest,
+    OffsetFetchResult,
     Persist,
     Respond,
     SyncRequest,
@@ -56,8 +61,8 @@ from .events import (
     TimerKey,
     Transition,
 )
+from .model import GroupConfig
 from .persist import OffsetsLog
-from .state import GroupConfig, GroupMachine
 
 log = get_logger("rallypoint.groups")
 
@@ -79,12 +84,13 @@ class GroupsRuntime:
         self,
         config: GroupConfig,
         clock: Clock,
-        machine: GroupMachine | None = None,
+        machine: GroupCoordinator | None = None,
         offsets_log: OffsetsLog | None = None,
     ) -> None:
         self.clock = clock
         self.config = config
-        self.machine = machine or GroupMachine(self.config)
+        # The sans-IO coordinator (coordinator/groups/coordinator.py).
+        self.machine = machine or GroupCoordinator(self.config)
         # Where records go; None (unit tests, an in-memory broker): every write succeeds at once.
         self.offsets_log = offsets_log
         self._tokens = itertools.count(1)
@@ -105,7 +111,7 @@ class GroupsRuntime:
         for key, t in self._timers.items():  # armed by load() before the loop was known
             if t.handle is None:
                 self._schedule(key, t)
-        self._apply(self.machine.start(self.clock.now_ms()))
+        self._guarded("start", lambda: self.machine.start(self.clock.now_ms()))
         log.info(
             "group coordinator started",
             offsets_partitions=self.config.num_partitions,
@@ -114,10 +120,11 @@ class GroupsRuntime:
 
     async def begin_shutdown(self) -> None:
         """Shutdown started: unload every group so parked JoinGroups/SyncGroups are answered
-        NOT_COORDINATOR now (§A.13), instead of holding their connections open."""
+        NOT_COORDINATOR now (docs/groups.md, "Loading and unloading"), instead of holding
+        their connections open."""
         if not self._shut_down:
             self._shut_down = True
-            self._apply(self.machine.shutdown(self.clock.now_ms()))
+            self._guarded("shutdown", lambda: self.machine.shutdown(self.clock.now_ms()))
 
     async def stop(self) -> None:
         await self.begin_shutdown()
@@ -140,15 +147,17 @@ class GroupsRuntime:
         groups: Mapping[str, GroupMetadataValue],
         offsets: Mapping[OffsetCommitKey, OffsetCommitValue],
     ) -> None:
-        """Install the replayed state of one ``__consumer_offsets`` partition (contract §2)."""
-        self._apply(self.machine.load(partition, groups, offsets, self.clock.now_ms()))
+        """Install the replayed state of one ``__consumer_offsets`` partition (the loader
+        contract of ``rallypoint.storage.OffsetsLog``)."""
+        self._guarded("load", lambda: self.machine.load(partition, groups, offsets, self.clock.now_ms()))
 
     def partition_for(self, group_id: str) -> int:
         return self.machine.partition_for(group_id)
 
     def on_topics_deleted(self, topics: Iterable[str]) -> None:
         """The data plane deleted ``topics``: drop their committed offsets (with tombstones)."""
-        self._apply(self.machine.topics_deleted(list(topics), self.clock.now_ms()))
+        names = list(topics)
+        self._guarded("topics_deleted", lambda: self.machine.topics_deleted(names, self.clock.now_ms()))
 
     # -------------------------------------------------------------------- requests
 
@@ -156,7 +165,15 @@ class GroupsRuntime:
         token = next(self._tokens)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._futures[token] = fut
-        self._apply(call(token, self.clock.now_ms()))
+        try:
+            effects = call(token, self.clock.now_ms())
+        except Exception:
+            # The coordinator recovers from errors inside an event itself; this is a bug in
+            # that recovery.  The request fails (its connection handler answers or closes).
+            self._futures.pop(token, None)
+            log.exception("group coordinator failed", request=kind.__name__)
+            raise
+        self._apply(effects)
         result = await fut
         assert isinstance(result, kind), result
         return result
@@ -176,8 +193,8 @@ class GroupsRuntime:
     async def commit_offsets(self, req: CommitRequest) -> CommitResult:
         return await self._request(lambda t, now: self.machine.commit_offsets(t, req, now), CommitResult)
 
-    async def fetch_offsets(self, req: FetchRequest) -> FetchResult:
-        return await self._request(lambda t, now: self.machine.fetch_offsets(t, req, now), FetchResult)
+    async def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResult:
+        return await self._request(lambda t, now: self.machine.fetch_offsets(t, req, now), OffsetFetchResult)
 
     async def delete_offsets(self, req: OffsetDeleteRequest) -> OffsetDeleteResult:
         return await self._request(lambda t, now: self.machine.delete_offsets(t, req, now), OffsetDeleteResult)
@@ -214,7 +231,7 @@ class GroupsRuntime:
                 offsets_log = self.offsets_log
                 if offsets_log is None or self._loop is None:
                     # No log (unit tests, in-memory broker): the write "succeeds" at once.
-                    queue.extend(self.machine.persist_done(e.persist_id, None, self.clock.now_ms()))
+                    queue.extend(self._call("persist_done", self._persisted(e.persist_id, None)))
                 else:
                     task = self._loop.create_task(self._append(offsets_log, e))
                     self._tasks.add(task)
@@ -232,6 +249,14 @@ class GroupsRuntime:
                 )
             elif isinstance(e, Note):
                 log.info(e.event, **e.fields)
+            elif isinstance(e, InternalError):
+                log.error(
+                    "group coordinator event failed",
+                    event_name=e.event,
+                    groups=list(e.groups),
+                    error=repr(e.error),
+                    exc_info=e.error,
+                )
 
     async def _append(self, offsets_log: OffsetsLog, e: Persist) -> None:
         # No lock: the offsets log queues a batch before its first await, and these tasks start
@@ -247,7 +272,10 @@ class GroupsRuntime:
         except Exception:
             error = ErrorCode.UNKNOWN_SERVER_ERROR
             log.exception("offsets append failed", partition=e.partition)
-        self._apply(self.machine.persist_done(e.persist_id, error, self.clock.now_ms()))
+        self._guarded("persist_done", self._persisted(e.persist_id, error))
+
+    def _persisted(self, persist_id: int, error: ErrorCode | None) -> Callable[[], list[Effect]]:
+        return lambda: self.machine.persist_done(persist_id, error, self.clock.now_ms())
 
     # ---------------------------------------------------------------------- timers
 
@@ -293,4 +321,18 @@ class GroupsRuntime:
             self._schedule(key, t)
             return
         del self._timers[key]
-        self._apply(self.machine.timer_fired(key, now))
+        self._guarded(f"timer {key.kind}", lambda: self.machine.timer_fired(key, now))
+
+    # ------------------------------------------------------------------ guards
+
+    def _call(self, what: str, call: Callable[[], list[Effect]]) -> list[Effect]:
+        """Run a coordinator event outside any request; an exception escaping it (a bug in the
+        coordinator's own recovery) is logged as one error event and the runtime carries on."""
+        try:
+            return call()
+        except Exception:
+            log.exception("group coordinator failed", event_name=what)
+            return []
+
+    def _guarded(self, what: str, call: Callable[[], list[Effect]]) -> None:
+        self._apply(self._call(what, call))

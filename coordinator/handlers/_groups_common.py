@@ -7,21 +7,16 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..groups.events import TopicErrors
-from ..groups.runtime import GroupsRuntime
 
 
-def runtime(ctx: Any) -> GroupsRuntime:
-    rt: GroupsRuntime = ctx.broker.groups
-    return rt
-
-
-def client_host(ctx: Any) -> str:
+def client_host(ctx: RequestContext) -> str:
     """Kafka records ``InetAddress.toString()`` of the client: "/127.0.0.1"."""
     return "/" + str(ctx.client_host)
 
 
-def partition_exists(ctx: Any, topic: str, partition: int) -> bool:
+def partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:
     t = ctx.broker.topics.get(topic)
     return t is not None and 0 <= partition < t.num_partitions
 

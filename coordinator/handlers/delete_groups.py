@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._groups_common import runtime
+from ..broker import RequestContext
 
 API_KEY = 42
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
-    result = await runtime(ctx).delete_groups(request.groups_names)
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    result = await ctx.broker.groups.delete_groups(request.groups_names)
     return {
         "throttle_time": 0,
         "results": [{"group_id": gid, "error_code": err} for gid, err in result.results],

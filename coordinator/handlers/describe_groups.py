@@ -6,7 +6,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
-from ._groups_common import runtime
+from ..broker import RequestContext
 
 API_KEY = 15
 
@@ -16,10 +16,10 @@ AUTHZ_OPS_UNSET = -2147483648
 GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     include_ops = version >= 3 and bool(getattr(request, "include_authorized_operations", False))
-    result = await runtime(ctx).describe(request.groups, version)
+    result = await ctx.broker.groups.describe(request.groups, version)
     groups = []
     for g in result.groups:
         ops = GROUP_AUTHORIZED_OPERATIONS if include_ops and g.error == ErrorCode.NONE else AUTHZ_OPS_UNSET

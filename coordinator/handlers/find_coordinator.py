@@ -12,7 +12,6 @@ from typing import Any
 from rallypoint.protocol.errors import ErrorCode
 
 from ..topics.store import OFFSETS_TOPIC
-from ._groups_common import runtime
 
 API_KEY = 10
 
@@ -35,7 +34,7 @@ def _offsets_topic_ready(ctx: Any) -> bool:
     broker = ctx.broker
     if broker.topics.get(OFFSETS_TOPIC) is not None:
         return True
-    broker.topics.create(OFFSETS_TOPIC, runtime(ctx).config.num_partitions, is_internal=True)
+    broker.topics.create(OFFSETS_TOPIC, broker.groups.config.num_partitions, is_internal=True)
     return False
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..broker import RequestContext
 from ..groups.events import HeartbeatRequest
-from ._groups_common import runtime
 
 API_KEY = 12
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
-    result = await runtime(ctx).heartbeat(
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    result = await ctx.broker.groups.heartbeat(
         HeartbeatRequest(
             request.group_id,
             request.generation_id,

@@ -6,18 +6,19 @@ from typing import Any
 
 from rallypoint.protocol.codec import ms
 
+from ..broker import RequestContext
 from ..groups.events import JoinRequest, Protocol
-from ._groups_common import client_host, runtime
+from ._groups_common import client_host
 
 API_KEY = 11
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     session = ms(request.session_timeout)
     # v0 has no rebalance timeout: Kafka uses the session timeout (maybeOverrideRebalanceTimeout).
     rebalance = ms(request.rebalance_timeout) if version >= 1 else session
-    result = await runtime(ctx).join(
+    result = await ctx.broker.groups.join(
         JoinRequest(
             group_id=request.group_id,
             member_id=request.member_id,

@@ -6,13 +6,13 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..groups.events import LeaveMember, LeaveRequest
-from ._groups_common import runtime
 
 API_KEY = 13
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     if version < 3:
         # LeaveGroupRequest.normalizedData: one member
@@ -21,7 +21,7 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
         members = tuple(
             LeaveMember(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in request.members
         )
-    result = await runtime(ctx).leave(LeaveRequest(request.group_id, members))
+    result = await ctx.broker.groups.leave(LeaveRequest(request.group_id, members))
     if version < 3:
         # LeaveGroupResponse.getError: the top-level error, else the first member error.
         error = result.error

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._groups_common import runtime
+from ..broker import RequestContext
 
 API_KEY = 16
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
-    result = await runtime(ctx).list_groups(
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    result = await ctx.broker.groups.list_groups(
         getattr(request, "states_filter", ()) or (), getattr(request, "types_filter", ()) or ()
     )
     return {

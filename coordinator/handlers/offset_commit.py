@@ -12,13 +12,14 @@ from typing import Any
 from rallypoint.protocol.codec import ms
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..groups.events import CommitPartition, CommitRequest, CommitTopic
-from ._groups_common import TopicErrorsBuilder, partition_exists, runtime
+from ._groups_common import TopicErrorsBuilder, partition_exists
 
 API_KEY = 8
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     out = TopicErrorsBuilder()
     valid: list[CommitTopic] = []
@@ -44,7 +45,7 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
             valid.append(CommitTopic(t.name, tuple(parts)))
     if valid:
         retention = getattr(request, "retention_time", None)
-        result = await runtime(ctx).commit_offsets(
+        result = await ctx.broker.groups.commit_offsets(
             CommitRequest(
                 group_id=request.group_id,
                 generation_id=request.generation_id_or_member_epoch,

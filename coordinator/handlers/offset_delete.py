@@ -6,13 +6,14 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..groups.events import OffsetDeleteRequest
-from ._groups_common import TopicErrorsBuilder, partition_exists, runtime
+from ._groups_common import TopicErrorsBuilder, partition_exists
 
 API_KEY = 47
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     out = TopicErrorsBuilder()
     valid: list[tuple[str, tuple[int, ...]]] = []
     for t in request.topics:
@@ -29,7 +30,7 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
         if parts:
             valid.append((t.name, tuple(parts)))
     # Unlike OffsetCommit, Kafka asks the coordinator even with nothing valid left.
-    result = await runtime(ctx).delete_offsets(OffsetDeleteRequest(request.group_id, tuple(valid)))
+    result = await ctx.broker.groups.delete_offsets(OffsetDeleteRequest(request.group_id, tuple(valid)))
     if result.error != ErrorCode.NONE:
         # OffsetDeleteResponse.Builder.merge: a top-level error replaces everything.
         return {"throttle_time": 0, "error_code": result.error, "topics": []}

@@ -10,8 +10,8 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
-from ..groups.events import FetchGroupRequest, FetchRequest
-from ._groups_common import runtime
+from ..broker import RequestContext
+from ..groups.events import OffsetFetchGroupRequest, OffsetFetchRequest
 
 API_KEY = 9
 
@@ -32,14 +32,14 @@ def _partition(p: Any) -> dict[str, Any]:
     }
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     require_stable = bool(getattr(request, "require_stable", False))
     if version >= 8:
-        groups = tuple(FetchGroupRequest(g.group_id, _topics(g.topics)) for g in request.groups)
+        groups = tuple(OffsetFetchGroupRequest(g.group_id, _topics(g.topics)) for g in request.groups)
     else:
-        groups = (FetchGroupRequest(request.group_id, _topics(request.topics)),)
-    result = await runtime(ctx).fetch_offsets(FetchRequest(groups, require_stable))
+        groups = (OffsetFetchGroupRequest(request.group_id, _topics(request.topics)),)
+    result = await ctx.broker.groups.fetch_offsets(OffsetFetchRequest(groups, require_stable))
     if version >= 8:
         return {
             "throttle_time": 0,

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..broker import RequestContext
 from ..groups.events import SyncRequest
-from ._groups_common import runtime
 
 API_KEY = 14
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
-    result = await runtime(ctx).sync(
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    result = await ctx.broker.groups.sync(
         SyncRequest(
             group_id=request.group_id,
             generation_id=request.generation_id,

@@ -1,0 +1,362 @@
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete, retention and deleted topics.
+
+Kafka's counterpart is ``OffsetMetadataManager.java``.  Offsets are kept per group id in the
+timeline (``timeline.py``), not in the group: a commit is applied when its record is appended
+and acknowledged when the log has it; OffsetFetch answers what the log acknowledged
+(docs/groups.md, "Offsets").
+
+The manager knows groups only through two small interfaces — :class:`OffsetsGroup` (may this
+member commit? which topics is the group subscribed to? from when do its offsets expire?) and
+:class:`GroupDirectory` (find, create, delete a group) — so that any group type that answers
+them (KIP-848 consumer groups, later) can keep its offsets here too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import OffsetCommitValue
+
+from . import checks, records
+from .context import Context
+from .events import (
+    CommitRequest,
+    CommitResult,
+    OffsetDeleteRequest,
+    OffsetDeleteResult,
+    OffsetFetchGroupRequest,
+    OffsetFetchGroupResult,
+    OffsetFetchPartition,
+    OffsetFetchRequest,
+    OffsetFetchResult,
+    OffsetFetchTopic,
+    TopicErrors,
+)
+from .persist import Record, response_error
+
+E = ErrorCode
+
+
+class OffsetsGroup(Protocol):
+    """What the offsets manager asks a group (Kafka's ``Group`` interface)."""
+
+    @property
+    def group_id(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> ErrorCode | None:
+        """None if this member, in this generation (or epoch), may commit; else the error."""
+        ...
+
+    def validate_offset_delete(self) -> ErrorCode | None: ...
+
+    def is_subscribed_to(self, topic: str) -> bool: ...
+
+    def offset_expiration_base(self) -> Callable[[OffsetCommitValue], int] | None:
+        """From when an offset's retention counts; None: the group's offsets may not expire now."""
+        ...
+
+    def is_empty(self) -> bool:
+        """May the group be deleted once its offsets are gone?"""
+        ...
+
+
+G = TypeVar("G", bound=OffsetsGroup)
+
+
+class GroupDirectory(Protocol[G]):
+    """What the offsets manager asks of the groups (Kafka's ``GroupMetadataManager``)."""
+
+    def get(self, group_id: str) -> G | None: ...
+
+    def create(self, group_id: str) -> G: ...
+
+    def ids(self) -> list[str]: ...
+
+    def revert_creation(self, group: G, error: ErrorCode, what: str) -> None: ...
+
+    def on_offset_commit(self, group: G, member_id: str) -> None: ...
+
+    def delete(self, group: G, reason: str) -> Callable[[], None]: ...
+
+
+def java_string_length(s: str) -> int:
+    """Java ``String.length()``: UTF-16 code units (offset.metadata.max.bytes is checked so)."""
+    return len(s.encode("utf-16-le")) // 2
+
+
+@dataclass(slots=True)
+class _StableFetch:
+    """A RequireStable OffsetFetch waiting for the writes that were pending when it came."""
+
+    token: int
+    request: OffsetFetchRequest
+    waiting_for: set[int]
+
+
+class OffsetsManager(Generic[G]):
+    def __init__(self, ctx: Context, groups: GroupDirectory[G]) -> None:
+        self.ctx = ctx
+        self.groups = groups
+        self._stable_fetches: list[_StableFetch] = []
+        ctx.settled_hooks.append(self._release_stable_fetches)
+
+    # ================================================================ OffsetCommit
+
+    @staticmethod
+    def _all_partitions(req: CommitRequest, error: ErrorCode) -> CommitResult:
+        return CommitResult(
+            tuple(TopicErrors(t.name, tuple((p.partition, error) for p in t.partitions)) for t in req.topics)
+        )
+
+    def commit(self, token: int, req: CommitRequest) -> None:
+        """``commitOffset`` (docs/groups.md, "OffsetCommit")."""
+        ctx = self.ctx
+        err = checks.request(ctx, req.group_id, validate_id=False)
+        if err is not None:
+            ctx.respond(token, self._all_partitions(req, err))
+            return
+        group = self.groups.get(req.group_id)
+        created = False
+        if group is None:
+            if req.generation_id < 0:
+                # Admin clients and manual assignment: a "simple" group is created.
+                group = self.groups.create(req.group_id)
+                created = True
+            else:
+                # validateOffsetCommit: GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION before.
+                code = E.GROUP_ID_NOT_FOUND if req.api_version >= 9 else E.ILLEGAL_GENERATION
+                ctx.respond(token, self._all_partitions(req, code))
+                return
+        err = group.validate_offset_commit(req.member_id, req.group_instance_id, req.generation_id)
+        if err is not None:
+            ctx.respond(token, self._all_partitions(req, err))
+            return
+        self.groups.on_offset_commit(group, req.member_id)
+
+        expire = None if req.retention_time_ms == -1 else ctx.now + req.retention_time_ms
+        topics: list[TopicErrors] = []
+        batch: list[Record] = []
+        for t in req.topics:
+            parts: list[tuple[int, ErrorCode]] = []
+            for p in t.partitions:
+                meta = p.metadata if p.metadata is not None else ""
+                if java_string_length(meta) > ctx.config.metadata_max_bytes:
+                    parts.append((p.partition, E.OFFSET_METADATA_TOO_LARGE))
+                    continue
+                parts.append((p.partition, E.NONE))
+                value = OffsetCommitValue(
+                    offset=p.offset,
+                    metadata=meta,
+                    commit_timestamp=ctx.now,
+                    leader_epoch=p.leader_epoch,
+                    expire_timestamp=expire,
+                )
+                batch.append(records.offset_commit(group.group_id, t.name, p.partition, value))
+            topics.append(TopicErrors(t.name, tuple(parts)))
+        result = CommitResult(tuple(topics))
+        if not batch:
+            ctx.respond(token, result)
+            return
+
+        def after(error: ErrorCode | None) -> None:
+            if error is not None and created:
+                self.groups.revert_creation(group, response_error(error), "its first offset commit was not written")
+
+        ctx.append_then_respond(
+            group.partition,
+            batch,
+            token,
+            result,
+            lambda code: self._all_partitions(req, code),
+            after=after,
+            groups=(group.group_id,),
+        )
+
+    # ================================================================= OffsetFetch
+
+    def fetch(self, token: int, req: OffsetFetchRequest) -> None:
+        """``fetchOffsets`` (docs/groups.md, "OffsetFetch")."""
+        if req.require_stable:
+            # Java coordinator: a RequireStable fetch is a write operation, answered once the
+            # writes pending before it are done (GroupCoordinatorService.fetchOffsets); it never
+            # needs UNSTABLE_OFFSET_COMMIT without transactions.
+            waiting: set[int] = set()
+            for g in req.groups:
+                if checks.request(self.ctx, g.group_id, validate_id=False) is None:
+                    waiting.update(self.ctx.timeline.pending_writes(g.group_id))
+            if waiting:
+                self._stable_fetches.append(_StableFetch(token, req, waiting))
+                return
+        self.ctx.respond(token, self._fetch_now(req))
+
+    def _release_stable_fetches(self, write_id: int) -> None:
+        still: list[_StableFetch] = []
+        for w in self._stable_fetches:
+            w.waiting_for.discard(write_id)
+            if w.waiting_for:
+                still.append(w)
+            else:
+                self.ctx.respond(w.token, self._fetch_now(w.request))
+        self._stable_fetches = still
+
+    def _fetch_now(self, req: OffsetFetchRequest) -> OffsetFetchResult:
+        return OffsetFetchResult(tuple(self._fetch_group(g) for g in req.groups))
+
+    def _fetch_group(self, req: OffsetFetchGroupRequest) -> OffsetFetchGroupResult:
+        err = checks.request(self.ctx, req.group_id, validate_id=False)
+        if err is not None:
+            return OffsetFetchGroupResult(req.group_id, err)
+        # What the log acknowledged (Kafka reads at the last committed offset), less offsets
+        # being deleted.
+        offsets = self.ctx.timeline.readable_offsets(req.group_id)
+        if req.topics is None:
+            by_topic: dict[str, list[OffsetFetchPartition]] = {}
+            for (topic, part), v in offsets.items():
+                by_topic.setdefault(topic, []).append(OffsetFetchPartition(part, v.offset, v.leader_epoch, v.metadata))
+            return OffsetFetchGroupResult(
+                req.group_id, E.NONE, tuple(OffsetFetchTopic(t, tuple(ps)) for t, ps in by_topic.items())
+            )
+        topics = []
+        for name, parts in req.topics:
+            out = []
+            for p in parts:
+                c = offsets.get((name, p))
+                out.append(
+                    OffsetFetchPartition(p)
+                    if c is None
+                    else OffsetFetchPartition(p, c.offset, c.leader_epoch, c.metadata)
+                )
+            topics.append(OffsetFetchTopic(name, tuple(out)))
+        return OffsetFetchGroupResult(req.group_id, E.NONE, tuple(topics))
+
+    def shutdown(self) -> None:
+        """Waiting RequireStable fetches are answered now (the coordinator is inactive)."""
+        for waiter in self._stable_fetches:
+            self.ctx.respond(waiter.token, self._fetch_now(waiter.request))
+        self._stable_fetches.clear()
+
+    # ================================================================ OffsetDelete
+
+    def delete(self, token: int, req: OffsetDeleteRequest) -> None:
+        """``deleteOffsets`` (docs/groups.md, "OffsetDelete")."""
+        ctx = self.ctx
+        err = checks.request(ctx, req.group_id)
+        if err is not None:
+            ctx.respond(token, OffsetDeleteResult(err))
+            return
+        group = self.groups.get(req.group_id)
+        if group is None:
+            ctx.respond(token, OffsetDeleteResult(E.GROUP_ID_NOT_FOUND))
+            return
+        err = group.validate_offset_delete()
+        if err is not None:
+            ctx.respond(token, OffsetDeleteResult(err))
+            return
+        current = ctx.timeline.current_offsets(group.group_id)
+        topics: list[TopicErrors] = []
+        batch: list[Record] = []
+        for name, parts in req.topics:
+            if group.is_subscribed_to(name):
+                topics.append(TopicErrors(name, tuple((p, E.GROUP_SUBSCRIBED_TO_TOPIC) for p in parts)))
+                continue
+            for p in parts:
+                if current.pop((name, p), None) is not None:
+                    batch.append(records.offset_tombstone(group.group_id, name, p))
+            topics.append(TopicErrors(name, tuple((p, E.NONE) for p in parts)))
+        result = OffsetDeleteResult(E.NONE, tuple(topics))
+        if not batch:
+            ctx.respond(token, result)
+            return
+        ctx.append_then_respond(group.partition, batch, token, result, OffsetDeleteResult, groups=(group.group_id,))
+
+    # ================================================= DeleteGroups, deleted topics
+
+    def delete_all(self, group_id: str) -> list[Record]:
+        """Tombstones for every offset of the group, those still being written included
+        (``deleteAllOffsets``)."""
+        return [records.offset_tombstone(group_id, t, p) for (t, p) in self.ctx.timeline.current_offsets(group_id)]
+
+    def topics_deleted(self, topics: list[str]) -> None:
+        """Topics were deleted: their committed offsets go, with tombstones
+        (``onPartitionsDeleted``; docs/groups.md, "Deleted topics")."""
+        ctx = self.ctx
+        names = set(topics)
+        by_partition: dict[int, list[Record]] = {}
+        for gid in ctx.timeline.group_ids_with_offsets():
+            gone = [tp for tp in ctx.timeline.current_offsets(gid) if tp[0] in names]
+            if gone:
+                by_partition.setdefault(ctx.partition_for(gid), []).extend(
+                    records.offset_tombstone(gid, t, p) for t, p in gone
+                )
+        for partition, batch in by_partition.items():
+            ctx.append_logged(partition, batch, "deleted-topic tombstones")
+        if by_partition:
+            ctx.note("offsets of deleted topics removed", topics=sorted(names))
+
+    # ===================================================================== retention
+
+    def expire(self) -> None:
+        """One retention pass (``GroupCoordinatorShard.cleanupGroupMetadata``; docs/groups.md,
+        "Offsets retention"): expired offsets get tombstones; an Empty group left without
+        offsets is deleted."""
+        ctx = self.ctx
+        by_partition: dict[int, tuple[list[Record], list[Callable[[], None]]]] = {}
+        expired_count = 0
+        dead: list[str] = []
+        for gid in self.groups.ids():
+            group = self.groups.get(gid)
+            if group is None:
+                continue
+            batch, reverts = by_partition.setdefault(group.partition, ([], []))
+            before = len(batch)
+            had_offsets = bool(ctx.timeline.current_offsets(gid))
+            if self._cleanup_expired_offsets(group, batch) and group.is_empty():
+                reverts.append(
+                    self.groups.delete(group, "all offsets expired" if had_offsets else "empty group expired")
+                )
+                batch.append(records.group_tombstone(gid))
+                dead.append(gid)
+            expired_count += len(batch) - before
+        if expired_count:
+            ctx.note("offsets expired", tombstones=expired_count, dead_groups=dead)
+        for partition, (batch, reverts) in by_partition.items():
+            if not batch:
+                continue
+
+            def after(error: ErrorCode | None, reverts: list[Callable[[], None]] = reverts) -> None:
+                if error is not None:
+                    for revert in reverts:  # the tombstones' offsets came back with the timeline
+                        revert()
+
+            ctx.append_logged(partition, batch, "expiry tombstones", after=after)
+
+    def _cleanup_expired_offsets(self, group: G, batch: list[Record]) -> bool:
+        """``cleanupExpiredOffsets``: True when the group has no offsets left.  An offset whose
+        commit is still being written is judged by that commit (it is applied already)."""
+        ctx = self.ctx
+        current = ctx.timeline.current_offsets(group.group_id)
+        if not current:
+            return True
+        base = group.offset_expiration_base()
+        if base is None:
+            return False
+        all_expired = True
+        for (topic, part), v in current.items():
+            if group.is_subscribed_to(topic):
+                all_expired = False
+                continue
+            if v.expire_timestamp is not None:
+                expired = ctx.now >= v.expire_timestamp
+            else:
+                expired = ctx.now - base(v) >= ctx.config.retention_ms
+            if expired:
+                batch.append(records.offset_tombstone(group.group_id, topic, part))
+            else:
+                all_expired = False
+        return all_expired

@@ -1,0 +1,163 @@
+"""What the coordinator wrote, per record key: the value the log acknowledged last and the values
+appended since, not yet acknowledged.
+
+Kafka's coordinator runtime keeps its state in timeline data structures (``TimelineHashMap``
+over a ``SnapshotRegistry``): a record is replayed into memory when it is appended, reads that
+must only see durable data read at the last committed offset, and a failed write reverts to
+that snapshot.  This is the same idea per key (docs/groups.md, "Records are applied when
+appended"):
+
+* ``append`` replays a batch at once: the *current* view (what later writes build on: retention,
+  DeleteGroups, OffsetDelete, topic deletion) includes it;
+* ``settle(write, ok)`` when the log answers: on success the batch's values become the
+  *committed* view (what OffsetFetch answers and a restart would load); on failure they are
+  dropped and the current view falls back to the values before them — later batches that
+  touched the same keys keep theirs.
+
+Committed offsets are kept for every group; GroupMetadata values are kept so that a group can
+be rebuilt from what is durable (docs/groups.md, "Internal errors").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from rallypoint.protocol.offsets_schema import GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
+
+from .persist import Key, Record
+
+V = TypeVar("V")
+TopicPartition = tuple[str, int]
+
+
+@dataclass(slots=True)
+class _Versions(Generic[V]):
+    committed: V | None = None
+    committed_by: int = 0  # id of the write that committed it (0: loaded)
+    pending: list[tuple[int, V | None]] = field(default_factory=list)  # (write id, value), append order
+
+    def current(self) -> V | None:
+        return self.pending[-1][1] if self.pending else self.committed
+
+    def settle(self, write_id: int, ok: bool) -> None:
+        mine = [v for w, v in self.pending if w == write_id]
+        if not mine:
+            return
+        self.pending = [(w, v) for w, v in self.pending if w != write_id]
+        if ok and write_id >= self.committed_by:
+            self.committed = mine[-1]
+            self.committed_by = write_id
+
+    def idle(self) -> bool:
+        return self.committed is None and not self.pending
+
+
+class Timeline:
+    def __init__(self) -> None:
+        self._offsets: dict[str, dict[TopicPartition, _Versions[OffsetCommitValue]]] = {}
+        self._groups: dict[str, _Versions[GroupMetadataValue]] = {}
+        self._writes: dict[int, list[Key]] = {}
+
+    # ----------------------------------------------------------------------- writing
+
+    def append(self, write_id: int, records: Sequence[Record]) -> None:
+        keys: list[Key] = []
+        for key, value in records:
+            if isinstance(key, OffsetCommitKey):
+                assert value is None or isinstance(value, OffsetCommitValue)
+                by_tp = self._offsets.setdefault(key.group, {})
+                by_tp.setdefault((key.topic, key.partition), _Versions()).pending.append((write_id, value))
+            else:
+                assert value is None or isinstance(value, GroupMetadataValue)
+                self._groups.setdefault(key.group, _Versions()).pending.append((write_id, value))
+            keys.append(key)
+        self._writes[write_id] = keys
+
+    def settle(self, write_id: int, ok: bool) -> None:
+        for key in self._writes.pop(write_id, ()):
+            if isinstance(key, OffsetCommitKey):
+                by_tp = self._offsets.get(key.group)
+                if by_tp is None:
+                    continue
+                tp = (key.topic, key.partition)
+                versions = by_tp.get(tp)
+                if versions is None:
+                    continue
+                versions.settle(write_id, ok)
+                if versions.idle():
+                    del by_tp[tp]
+                    if not by_tp:
+                        del self._offsets[key.group]
+            else:
+                gv = self._groups.get(key.group)
+                if gv is None:
+                    continue
+                gv.settle(write_id, ok)
+                if gv.idle():
+                    del self._groups[key.group]
+
+    def load(
+        self, group_id: str, value: GroupMetadataValue | None, offsets: dict[TopicPartition, OffsetCommitValue]
+    ) -> None:
+        """Install what the log replayed for one group (nothing of it is pending)."""
+        self._groups.pop(group_id, None)
+        if value is not None:
+            self._groups[group_id] = _Versions(value)
+        self._offsets.pop(group_id, None)
+        if offsets:
+            self._offsets[group_id] = {tp: _Versions(v) for tp, v in offsets.items()}
+
+    def clear(self) -> None:
+        self._offsets.clear()
+        self._groups.clear()
+        self._writes.clear()
+
+    # ----------------------------------------------------------------------- reading
+
+    def current_offsets(self, group_id: str) -> dict[TopicPartition, OffsetCommitValue]:
+        """Committed offsets including the appended, unacknowledged ones (what writes build on)."""
+        out: dict[TopicPartition, OffsetCommitValue] = {}
+        for tp, versions in self._offsets.get(group_id, {}).items():
+            v = versions.current()
+            if v is not None:
+                out[tp] = v
+        return out
+
+    def committed_offsets(self, group_id: str) -> dict[TopicPartition, OffsetCommitValue]:
+        """Offsets the log acknowledged (what a restart would load)."""
+        out: dict[TopicPartition, OffsetCommitValue] = {}
+        for tp, versions in self._offsets.get(group_id, {}).items():
+            if versions.committed is not None:
+                out[tp] = versions.committed
+        return out
+
+    def readable_offsets(self, group_id: str) -> dict[TopicPartition, OffsetCommitValue]:
+        """What OffsetFetch answers: acknowledged offsets, less those whose deletion (a
+        tombstone) is appended but not yet acknowledged — a deletion shows at once, a commit
+        once it is durable (docs/groups.md, "OffsetFetch")."""
+        out: dict[TopicPartition, OffsetCommitValue] = {}
+        for tp, versions in self._offsets.get(group_id, {}).items():
+            if versions.committed is not None and all(v is not None for _, v in versions.pending):
+                out[tp] = versions.committed
+        return out
+
+    def pending_writes(self, group_id: str) -> set[int]:
+        """Writes of this group's offsets the log has not answered yet."""
+        return {w for versions in self._offsets.get(group_id, {}).values() for w, _ in versions.pending}
+
+    def committed_group(self, group_id: str) -> GroupMetadataValue | None:
+        gv = self._groups.get(group_id)
+        return None if gv is None else gv.committed
+
+    def current_group(self, group_id: str) -> GroupMetadataValue | None:
+        """The group's last appended GroupMetadata value (None: never written, or a tombstone)."""
+        gv = self._groups.get(group_id)
+        return None if gv is None else gv.current()
+
+    def group_ids_with_offsets(self) -> Iterator[str]:
+        return iter(list(self._offsets))
+
+    def is_settled(self) -> bool:
+        return not self._writes
