@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rallypoint.clock import FakeClock
+from rallypoint.groups.coordinator import GroupCoordinator
 from rallypoint.groups.events import (
     CommitPartition,
     CommitRequest,
@@ -34,7 +35,6 @@ from rallypoint.groups.events import (
     SyncResult,
     Transition,
 )
-from rallypoint.groups.coordinator import GroupCoordinator
 from rallypoint.groups.model import GroupConfig, GroupState, assert_transition
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
