@@ -891,3 +891,82 @@ def test_shutdown_answers_parked_requests_not_coordinator() -> None:
     assert x.result(x.join("a")).error == E.COORDINATOR_NOT_AVAILABLE
     assert x.heartbeat("a", leader, gen) == E.COORDINATOR_NOT_AVAILABLE
     assert DEAD == S.DEAD
+
+
+# ------------------------------------------------------- following Kafka's Java coordinator
+
+
+def test_describe_outside_stable_keeps_each_members_last_assignment() -> None:
+    """GroupMetadataManager.describeGroups: outside Stable, members are described without
+    metadata (describeNoMetadata) but with the assignment they last received."""
+    x = h()
+    ids, leader, _gen = x.stable_group(2)
+    x.join(member_id=leader)  # -> PreparingRebalance; assignments are kept (Stable -> Preparing)
+    (d,) = x.describe("g").groups
+    assert (d.state, d.protocol_type, d.protocol_data) == ("PreparingRebalance", "consumer", "")
+    assert {m.member_id: (m.metadata, m.assignment) for m in d.members} == {
+        i: (b"", f"assign-{i}".encode()) for i in ids
+    }
+
+
+def test_protocol_vote_ties_are_broken_as_javas_hash_map_iterates() -> None:
+    """ClassicGroup.selectProtocol counts votes in a java.util.HashMap and keeps the first
+    protocol with the most votes in its iteration order: range (bucket 9 of 16) beats
+    roundrobin (10) and cooperative-sticky (15), whoever voted first."""
+    for other in ("roundrobin", "cooperative-sticky"):
+        x = h()
+        t1, _ = x.join_dynamic(protocols=((other, META), ("range", META)))  # first vote: other
+        t2, _ = x.join_dynamic(protocols=(("range", META), (other, META)))
+        x.advance(0)
+        assert x.result(t1).protocol_name == x.result(t2).protocol_name == "range", other
+    # a majority still wins over the tie-break
+    x = h()
+    tokens = [x.join_dynamic(protocols=p)[0] for p in [(("roundrobin", META), ("range", META))] * 2]
+    tokens.append(x.join_dynamic(protocols=(("range", META), ("roundrobin", META)))[0])
+    x.advance(0)
+    assert {x.result(t).protocol_name for t in tokens} == {"roundrobin"}
+
+
+def test_java_hash_map_order_matches_java() -> None:
+    from rallypoint.groups.model import java_hash_map_order, java_string_hash
+
+    assert java_string_hash("hello") == 99162322  # "hello".hashCode()
+    assert java_string_hash("polygenelubricants") == 2**31  # Integer.MIN_VALUE, unsigned
+    assert java_hash_map_order(["cooperative-sticky", "roundrobin", "range", "sticky"]) == [
+        "sticky",
+        "range",
+        "roundrobin",
+        "cooperative-sticky",
+    ]
+
+
+def test_pending_member_rejoining_with_an_instance_id_gets_unknown_server_error() -> None:
+    """classicGroupJoinExistingMember throws IllegalStateException for a pending member with a
+    group.instance.id; GroupCoordinatorService answers it UNKNOWN_SERVER_ERROR, group untouched."""
+    x = h()
+    pending = x.result(x.join()).member_id
+    before = (len(x.transitions), dict(x.m.armed_timers()))
+    r = x.result(x.join(member_id=pending, instance="i1"))
+    assert (r.error, r.member_id, r.generation_id, r.leader) == (E.UNKNOWN_SERVER_ERROR, "", -1, "")
+    g = x.m.groups["g"]
+    assert pending in g.pending_members and not g.members and not g.static_members
+    assert (len(x.transitions), dict(x.m.armed_timers())) == before
+    t = x.join(member_id=pending)  # the same member without the instance id is accepted
+    x.advance(0)
+    assert x.result(t).error == E.NONE
+
+
+def test_join_group_naming_a_protocol_twice_is_refused_and_the_group_keeps_working() -> None:
+    """Issue 14, defect 8: a protocol listed twice counted twice, so no protocol was supported
+    by every member, the vote raised inside the join timer and the group stayed
+    PreparingRebalance.  The request is refused INCONSISTENT_GROUP_PROTOCOL instead."""
+    x = h()
+    twice = (("range", META), ("range", META))
+    r = x.result(x.join(protocols=twice))
+    assert (r.error, r.member_id) == (E.INCONSISTENT_GROUP_PROTOCOL, "")
+    r = x.result(x.join(protocols=twice, version=3))
+    assert r.error == E.INCONSISTENT_GROUP_PROTOCOL
+    ids, leader, gen = x.stable_group(2)
+    r = x.result(x.join(member_id=ids[1], protocols=(("range", META), ("roundrobin", META), ("range", META))))
+    assert (r.error, r.member_id) == (E.INCONSISTENT_GROUP_PROTOCOL, ids[1])
+    assert x.state() == S.STABLE and x.heartbeat("g", leader, gen) == E.NONE
