@@ -183,7 +183,7 @@ def test_a_failed_group_creation_record_reverts_the_group_and_answers_the_parked
     assert not [k for k in x.m.armed_timers() if getattr(k, "group_id", None) == "g"]
     x.hold_persists = False
     x.advance(3000)  # nothing left to fire for the reverted group
-    ids, _leader, gen = x.stable_group(1)  # and the id can be used again
+    _ids, _leader, gen = x.stable_group(1)  # and the id can be used again
     assert gen == 1
 
 
