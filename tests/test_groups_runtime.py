@@ -25,6 +25,7 @@ from rallypoint.groups.events import (
     Protocol,
     SyncRequest,
 )
+from rallypoint.groups.model import ClassicGroup
 from rallypoint.groups.persist import Record
 from rallypoint.groups.runtime import GroupsRuntime
 from rallypoint.protocol.errors import ErrorCode
@@ -231,4 +232,66 @@ async def test_parked_join_is_answered_on_shutdown(tmp_path: Path) -> None:
     assert not task.done()
     await rt.begin_shutdown()
     assert (await asyncio.wait_for(task, 1)).error == E.NOT_COORDINATOR
+    await rt.stop()
+
+
+async def test_an_exception_in_a_timer_is_logged_once_and_the_group_keeps_working(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = await started(tmp_path)
+    calls = {"n": 0}
+    real = ClassicGroup.select_protocol
+
+    def flaky(self: ClassicGroup) -> str:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("boom")
+        return real(self)
+
+    monkeypatch.setattr(ClassicGroup, "select_protocol", flaky)
+    with structlog.testing.capture_logs() as logs:
+        first = await asyncio.wait_for(rt.join(join_req("g")), 5)  # parked until the join timer
+    assert first.error == E.NOT_COORDINATOR
+    errors = [e for e in logs if e["log_level"] == "error"]
+    assert len(errors) == 1, errors
+    assert errors[0]["event"] == "group coordinator event failed" and errors[0]["groups"] == ["g"]
+    assert errors[0]["event_name"] == "timer join" and "boom" in errors[0]["error"]
+    joined = await asyncio.wait_for(rt.join(join_req("g")), 5)
+    assert joined.error == E.NONE and joined.generation_id == 1
+    await rt.stop()
+
+
+async def test_the_runtime_survives_an_exception_escaping_the_coordinator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = await started(tmp_path)
+    real = rt.machine.timer_fired
+
+    def broken(*_args: object) -> list[Any]:
+        raise RuntimeError("bug in the recovery")
+
+    monkeypatch.setattr(rt.machine, "timer_fired", broken)
+    with structlog.testing.capture_logs() as logs:
+        parked = asyncio.create_task(rt.join(join_req("g")))
+        await asyncio.sleep(0.1)  # the join timer fires into the broken coordinator
+    assert [e["event"] for e in logs if e["log_level"] == "error"] == ["group coordinator failed"]
+    monkeypatch.setattr(rt.machine, "timer_fired", real)
+    committed = await asyncio.wait_for(rt.commit_offsets(commit_req("other", 1)), 5)
+    assert committed.topics[0].partitions == ((0, E.NONE),)  # the loop carries on
+    await rt.stop()  # and the join left parked is answered when the groups unload
+    assert (await asyncio.wait_for(parked, 1)).error == E.NOT_COORDINATOR
+
+
+async def test_a_join_naming_a_protocol_twice_is_refused_without_disturbing_the_group(tmp_path: Path) -> None:
+    """Issue 14, defect 8, through the runtime: refused at once, nothing raises in a timer."""
+    rt = await started(tmp_path)
+    twice = JoinRequest(
+        "g", "", None, 10_000, 10_000, "consumer", (Protocol("range", META), Protocol("range", META)), "c", "/h", 3
+    )
+    with structlog.testing.capture_logs() as logs:
+        refused = await asyncio.wait_for(rt.join(twice), 5)
+        assert refused.error == E.INCONSISTENT_GROUP_PROTOCOL
+        joined = await asyncio.wait_for(rt.join(join_req("g")), 5)
+    assert joined.error == E.NONE and joined.generation_id == 1 and joined.protocol_name == "range"
+    assert not [e for e in logs if e["log_level"] == "error"]
     await rt.stop()
