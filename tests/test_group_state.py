@@ -1,6 +1,8 @@
-"""The group state machine, rule by rule (spec/group-coordinator.md §F and §A.1-A.8).
+"""Classic group membership, rule by rule (docs/groups.md: "States and transitions", "JoinGroup",
+"Choosing the protocol", "SyncGroup", "Heartbeat and sessions", "LeaveGroup", "Static membership",
+"DescribeGroups and ListGroups", "DeleteGroups", "Loading and unloading").
 
-Every test drives the sans-IO machine with a FakeClock: timers fire instantly, nothing sleeps.
+Every test drives the sans-IO coordinator with a FakeClock: timers fire instantly, nothing sleeps.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def h(**cfg: int) -> Harness:
     return Harness(GroupConfig(**cfg))
 
 
-# ----------------------------------------------------------------------------- §A.1 table
+# -------------------------------------------------------------- "States and transitions"
 
 
 def test_transition_table_is_kafkas() -> None:
@@ -57,10 +59,10 @@ def test_first_member_empty_to_preparing_to_completing_to_stable() -> None:
     ]
 
 
-# ------------------------------------------------------------ F1: the initial delayed join
+# ------------------------------------------------------ the initial delay ("JoinGroup")
 
 
-def test_f1_single_member_waits_the_full_initial_delay() -> None:
+def test_single_member_waits_the_full_initial_delay() -> None:
     x = h(initial_rebalance_delay_ms=3000)
     t, _ = x.join_dynamic()
     x.advance(2999)
@@ -72,7 +74,7 @@ def test_f1_single_member_waits_the_full_initial_delay() -> None:
     assert x.state() == S.COMPLETING_REBALANCE
 
 
-def test_f1_all_members_joined_does_not_complete_the_initial_rebalance_early() -> None:
+def test_all_members_joined_does_not_complete_the_initial_rebalance_early() -> None:
     x = h(initial_rebalance_delay_ms=3000)
     t1, _ = x.join_dynamic()
     t2, _ = x.join_dynamic()  # everybody has joined ...
@@ -85,7 +87,7 @@ def test_f1_all_members_joined_does_not_complete_the_initial_rebalance_early() -
     assert x.result(t1).generation_id == x.result(t2).generation_id == 1
 
 
-def test_f1_new_members_extend_in_d_windows_capped_by_rebalance_timeout() -> None:
+def test_new_members_extend_in_d_windows_capped_by_rebalance_timeout() -> None:
     # D = 3000, rebalance timeout 10000: remaining = 7000.
     x = h(initial_rebalance_delay_ms=3000)
     t0, _ = x.join_dynamic(rebalance=10_000)
@@ -108,7 +110,7 @@ def test_f1_new_members_extend_in_d_windows_capped_by_rebalance_timeout() -> Non
     assert gens == {1}
 
 
-def test_f1_no_new_member_in_a_window_completes() -> None:
+def test_no_new_member_in_a_window_completes() -> None:
     x = h(initial_rebalance_delay_ms=3000)
     t0, _ = x.join_dynamic()
     x.advance(1000)
@@ -119,7 +121,7 @@ def test_f1_no_new_member_in_a_window_completes() -> None:
     assert x.result(t0).error == E.NONE and x.result(t1).error == E.NONE
 
 
-def test_f1_java_rule_initial_delay_applies_to_every_rebalance_from_empty() -> None:
+def test_java_rule_initial_delay_applies_to_every_rebalance_from_empty() -> None:
     """previousState == EMPTY (Java), not generation == 0 (Scala): after the group went Empty
     in generation 2, a new first member waits D again and newcomers extend it."""
     x = h(initial_rebalance_delay_ms=3000)
@@ -135,7 +137,7 @@ def test_f1_java_rule_initial_delay_applies_to_every_rebalance_from_empty() -> N
     assert x.result(t0).generation_id == 3 and x.result(t1).generation_id == 3
 
 
-def test_f1_delay_zero_still_parks_until_the_timer() -> None:
+def test_delay_zero_still_parks_until_the_timer() -> None:
     x = h(initial_rebalance_delay_ms=0)
     t, _ = x.join_dynamic()
     assert not x.answered(t)  # parked until the 0 ms timer fires (next loop turn)
@@ -143,10 +145,10 @@ def test_f1_delay_zero_still_parks_until_the_timer() -> None:
     assert x.result(t).error == E.NONE
 
 
-# ------------------------------------------------------------------ F2: MEMBER_ID_REQUIRED
+# ---------------------------------------------------- MEMBER_ID_REQUIRED ("JoinGroup")
 
 
-def test_f2_member_id_required_only_v4_plus_without_instance_id() -> None:
+def test_member_id_required_only_v4_plus_without_instance_id() -> None:
     x = h()
     t = x.join(version=4)
     r = x.result(t)
@@ -159,7 +161,7 @@ def test_f2_member_id_required_only_v4_plus_without_instance_id() -> None:
     assert x.m.groups["g"].static_members["i1"].startswith("i1-")
 
 
-def test_f2_pending_member_expires_after_its_session_timeout() -> None:
+def test_pending_member_expires_after_its_session_timeout() -> None:
     x = h()
     r = x.result(x.join(session=7000))
     g = x.m.groups["g"]
@@ -172,7 +174,7 @@ def test_f2_pending_member_expires_after_its_session_timeout() -> None:
     assert x.result(t).error == E.UNKNOWN_MEMBER_ID
 
 
-def test_f2_pending_members_block_early_join_completion() -> None:
+def test_pending_members_block_early_join_completion() -> None:
     x = h()
     ids, leader, gen = x.stable_group(2)
     # a third consumer got its id but has not rejoined yet
@@ -186,7 +188,7 @@ def test_f2_pending_members_block_early_join_completion() -> None:
     assert {x.result(t).generation_id for t in (t_leader, t_other, t_p)} == {gen + 1}
 
 
-def test_f2_expiry_of_the_pending_member_completes_the_join() -> None:
+def test_expiry_of_the_pending_member_completes_the_join() -> None:
     x = h()
     _ids, leader, gen = x.stable_group(1)
     x.join(session=8000)  # pending
@@ -196,17 +198,17 @@ def test_f2_expiry_of_the_pending_member_completes_the_join() -> None:
     assert x.result(t).generation_id == gen + 1
 
 
-# ------------------------------------------------------------ F3: JoinGroup in Stable
+# ------------------------------------------------------------ JoinGroup in Stable
 
 
-def test_f3_leader_join_in_stable_always_rebalances() -> None:
+def test_leader_join_in_stable_always_rebalances() -> None:
     x = h()
     _ids, leader, _gen = x.stable_group(2)
     t = x.join(member_id=leader)
     assert x.state() == S.PREPARING_REBALANCE and not x.answered(t)
 
 
-def test_f3_follower_with_identical_metadata_gets_current_generation() -> None:
+def test_follower_with_identical_metadata_gets_current_generation() -> None:
     x = h()
     ids, leader, gen = x.stable_group(2)
     follower = next(i for i in ids if i != leader)
@@ -223,7 +225,7 @@ def test_f3_follower_with_identical_metadata_gets_current_generation() -> None:
         (("range", META), ("roundrobin", META)),  # extra protocol
     ],
 )
-def test_f3_follower_with_changed_metadata_rebalances(protocols: tuple[tuple[str, bytes], ...]) -> None:
+def test_follower_with_changed_metadata_rebalances(protocols: tuple[tuple[str, bytes], ...]) -> None:
     x = h()
     ids, leader, _gen = x.stable_group(2, protocols=(("range", META), ("roundrobin", META)))
     follower = next(i for i in ids if i != leader)
@@ -234,7 +236,7 @@ def test_f3_follower_with_changed_metadata_rebalances(protocols: tuple[tuple[str
     del protocols
 
 
-def test_f3_changed_metadata_in_completing_rebalance_rebalances_same_metadata_does_not() -> None:
+def test_changed_metadata_in_completing_rebalance_rebalances_same_metadata_does_not() -> None:
     x = h()
     t1, _m1 = x.join_dynamic()
     _t2, m2 = x.join_dynamic()
@@ -249,10 +251,10 @@ def test_f3_changed_metadata_in_completing_rebalance_rebalances_same_metadata_do
     assert x.transitions_of()[-1] == ("CompletingRebalance", "PreparingRebalance")
 
 
-# ---------------------------------------------------------------- F4: protocol by vote
+# ------------------------------------------------------ "Choosing the protocol"
 
 
-def test_f4_protocol_is_chosen_by_vote_not_by_the_leader() -> None:
+def test_protocol_is_chosen_by_vote_not_by_the_leader() -> None:
     x = h()
     a = (("range", META), ("roundrobin", META))  # leader prefers range
     b = (("roundrobin", META), ("range", META))
@@ -264,7 +266,7 @@ def test_f4_protocol_is_chosen_by_vote_not_by_the_leader() -> None:
     assert x.result(t1).leader == x.result(t1).member_id
 
 
-def test_f4_only_protocols_common_to_all_members_are_candidates() -> None:
+def test_only_protocols_common_to_all_members_are_candidates() -> None:
     x = h()
     t1, _ = x.join_dynamic(protocols=(("sticky", META), ("range", META)))
     _t2, _ = x.join_dynamic(protocols=(("cooperative-sticky", META), ("range", META)))
@@ -277,7 +279,7 @@ def test_f4_only_protocols_common_to_all_members_are_candidates() -> None:
     assert r.error == E.INCONSISTENT_GROUP_PROTOCOL
 
 
-def test_f4_empty_group_needs_a_protocol_type_and_protocols() -> None:
+def test_empty_group_needs_a_protocol_type_and_protocols() -> None:
     x = h()
     assert x.result(x.join(protocol_type="")).error == E.INCONSISTENT_GROUP_PROTOCOL
     assert x.result(x.join(protocols=())).error == E.INCONSISTENT_GROUP_PROTOCOL
@@ -293,10 +295,10 @@ def test_leader_metadata_is_relayed_byte_exact() -> None:
     assert all(x.result(t).members == () for t in tokens if x.result(t) is not leader_resp)
 
 
-# --------------------------------------------------------- F5: generation when ending Empty
+# ------------------------------------------ generation when ending Empty ("States and transitions")
 
 
-def test_f5_generation_increments_when_the_rebalance_ends_empty_and_a_record_is_written() -> None:
+def test_generation_increments_when_the_rebalance_ends_empty_and_a_record_is_written() -> None:
     x = h()
     ids, _leader, gen = x.stable_group(2)
     x.leave("g", (ids[0], None), (ids[1], None))
@@ -321,10 +323,10 @@ def test_new_group_writes_an_empty_metadata_record_java() -> None:
     assert (value.protocol_type, value.generation, value.protocol, value.members) == ("", 0, None, ())
 
 
-# ---------------------------------------------------------------------------- F6: SyncGroup
+# ---------------------------------------------------------------------------- SyncGroup
 
 
-def test_f6_followers_wait_for_the_leaders_persisted_assignment() -> None:
+def test_followers_wait_for_the_leaders_persisted_assignment() -> None:
     x = h()
     t1, _ = x.join_dynamic()
     t2, _ = x.join_dynamic()
@@ -346,7 +348,7 @@ def test_f6_followers_wait_for_the_leaders_persisted_assignment() -> None:
     assert x.state() == S.STABLE
 
 
-def test_f6_members_left_out_by_the_leader_get_an_empty_assignment_unknown_ids_ignored() -> None:
+def test_members_left_out_by_the_leader_get_an_empty_assignment_unknown_ids_ignored() -> None:
     x = h()
     t = [x.join_dynamic()[0] for _ in range(3)]
     x.advance(0)
@@ -362,7 +364,7 @@ def test_f6_members_left_out_by_the_leader_get_an_empty_assignment_unknown_ids_i
     assert "stranger" not in {m.member_id for m in record.members}
 
 
-def test_f6_late_sync_in_stable_returns_the_stored_assignment() -> None:
+def test_late_sync_in_stable_returns_the_stored_assignment() -> None:
     x = h()
     t1, _ = x.join_dynamic()
     t2, _ = x.join_dynamic()
@@ -376,7 +378,7 @@ def test_f6_late_sync_in_stable_returns_the_stored_assignment() -> None:
     assert (res.error, res.assignment, res.protocol_type, res.protocol_name) == (E.NONE, b"late!", "consumer", "range")
 
 
-def test_f6_v5_requires_protocol_type_and_name() -> None:
+def test_v5_requires_protocol_type_and_name() -> None:
     x = h()
     _ids, leader, gen = x.stable_group(1)
     assert x.result(x.sync("g", leader, gen, version=5)).error == E.INCONSISTENT_GROUP_PROTOCOL
@@ -390,7 +392,7 @@ def test_f6_v5_requires_protocol_type_and_name() -> None:
     assert x.result(x.sync("g", leader, gen, protocol_type="connect")).error == E.INCONSISTENT_GROUP_PROTOCOL
 
 
-def test_f6_sync_errors_by_state() -> None:
+def test_sync_errors_by_state() -> None:
     x = h()
     assert x.result(x.sync("nope", "m", 1)).error == E.UNKNOWN_MEMBER_ID
     x.join()  # Empty group with a pending member
@@ -402,7 +404,7 @@ def test_f6_sync_errors_by_state() -> None:
     assert x.result(x.sync("h", ids[1], gen)).error == E.REBALANCE_IN_PROGRESS
 
 
-def test_f6_parked_syncs_get_rebalance_in_progress_when_a_rebalance_starts() -> None:
+def test_parked_syncs_get_rebalance_in_progress_when_a_rebalance_starts() -> None:
     x = h()
     t1, _ = x.join_dynamic()
     t2, _ = x.join_dynamic()
@@ -414,7 +416,7 @@ def test_f6_parked_syncs_get_rebalance_in_progress_when_a_rebalance_starts() -> 
     assert x.result(s).error == E.REBALANCE_IN_PROGRESS and x.result(s).assignment == b""
 
 
-def test_f6_pending_sync_expiry_evicts_members_including_absent_static_ones() -> None:
+def test_pending_sync_expiry_evicts_members_including_absent_static_ones() -> None:
     x = h()
     t_static = x.join(instance="s1", rebalance=20_000, session=60_000)
     t_dyn, _ = x.join_dynamic(rebalance=20_000, session=60_000)
@@ -435,7 +437,7 @@ def test_f6_pending_sync_expiry_evicts_members_including_absent_static_ones() ->
     assert g.state == S.PREPARING_REBALANCE
 
 
-def test_f6_sync_store_failure_propagates_the_error_and_rebalances() -> None:
+def test_sync_store_failure_propagates_the_error_and_rebalances() -> None:
     x = h()
     t1, _ = x.join_dynamic()
     t2, _ = x.join_dynamic()
@@ -450,7 +452,7 @@ def test_f6_sync_store_failure_propagates_the_error_and_rebalances() -> None:
     assert x.state() == S.PREPARING_REBALANCE
 
 
-def test_f6_stale_sync_persist_after_a_new_rebalance_does_nothing() -> None:
+def test_stale_sync_persist_after_a_new_rebalance_does_nothing() -> None:
     x = h()
     t1, _ = x.join_dynamic()
     x.advance(0)
@@ -463,10 +465,10 @@ def test_f6_stale_sync_persist_after_a_new_rebalance_does_nothing() -> None:
     assert x.state() == S.PREPARING_REBALANCE
 
 
-# ------------------------------------------------------------ F7: Heartbeat and sessions
+# ------------------------------------------------------------ "Heartbeat and sessions"
 
 
-def test_f7_heartbeat_answers_per_state() -> None:
+def test_heartbeat_answers_per_state() -> None:
     x = h()
     assert x.heartbeat("nope", "m", 0) == E.UNKNOWN_MEMBER_ID
     t1, m1 = x.join_dynamic()
@@ -481,7 +483,7 @@ def test_f7_heartbeat_answers_per_state() -> None:
     assert x.heartbeat("g", m1, gen) == E.REBALANCE_IN_PROGRESS
 
 
-def test_f7_heartbeat_in_preparing_rebalance_still_refreshes_the_session() -> None:
+def test_heartbeat_in_preparing_rebalance_still_refreshes_the_session() -> None:
     x = h()
     ids, leader, gen = x.stable_group(2, session=10_000, rebalance=60_000)
     x.join(member_id=leader, session=10_000, rebalance=60_000)  # rebalance; the follower must rejoin
@@ -492,7 +494,7 @@ def test_f7_heartbeat_in_preparing_rebalance_still_refreshes_the_session() -> No
     assert follower in x.m.groups["g"].members  # 40 s > session, still alive
 
 
-def test_f7_session_expiry_removes_a_silent_member_and_rebalances() -> None:
+def test_session_expiry_removes_a_silent_member_and_rebalances() -> None:
     x = h()
     ids, leader, gen = x.stable_group(2, session=10_000)
     x.advance(9000)
@@ -503,7 +505,7 @@ def test_f7_session_expiry_removes_a_silent_member_and_rebalances() -> None:
     assert x.transitions_of()[-1] == ("Stable", "PreparingRebalance")
 
 
-def test_f7_members_awaiting_join_are_alive_new_joiners_use_five_minutes() -> None:
+def test_members_awaiting_join_are_alive_new_joiners_use_five_minutes() -> None:
     x = h()
     ids, leader, _gen = x.stable_group(2, session=10_000, rebalance=600_000)
     t_leader = x.join(member_id=leader, session=10_000, rebalance=600_000)  # parked, awaiting join
@@ -519,7 +521,7 @@ def test_f7_members_awaiting_join_are_alive_new_joiners_use_five_minutes() -> No
     assert x.result(t_leader).error == E.NONE
 
 
-def test_f7_new_member_join_timeout_expires_a_parked_new_member() -> None:
+def test_new_member_join_timeout_expires_a_parked_new_member() -> None:
     x = h()
     _ids, leader, gen = x.stable_group(1, session=10_000, rebalance=900_000)
     t_new = x.join(version=3, session=10_000, rebalance=900_000)  # v3: added at once, parked, new
@@ -536,7 +538,7 @@ def test_f7_new_member_join_timeout_expires_a_parked_new_member() -> None:
     assert len(x.m.groups["g"].members) == 1
 
 
-def test_f7_sync_parked_member_is_alive_and_sessions_rearm_after_propagation() -> None:
+def test_sync_parked_member_is_alive_and_sessions_rearm_after_propagation() -> None:
     x = h()
     t1, m1 = x.join_dynamic(session=10_000)
     _t2, m2 = x.join_dynamic(session=10_000)
@@ -555,7 +557,7 @@ def test_f7_sync_parked_member_is_alive_and_sessions_rearm_after_propagation() -
     assert follower not in x.m.groups["g"].members
 
 
-# -------------------------------------------------------------------- F8: static members
+# ------------------------------------------------------------------ "Static membership"
 
 
 def static_group(x: Harness, n: int = 2, version: int = 5, session: int = 10_000) -> tuple[list[str], str, int]:
@@ -570,7 +572,7 @@ def static_group(x: Harness, n: int = 2, version: int = 5, session: int = 10_000
     return ids, leader, gen
 
 
-def test_f8_static_rejoin_in_stable_without_protocol_change_does_not_rebalance() -> None:
+def test_static_rejoin_in_stable_without_protocol_change_does_not_rebalance() -> None:
     x = h()
     ids, leader, gen = static_group(x)
     follower = ids[1] if ids[0] == leader else ids[0]
@@ -594,7 +596,7 @@ def test_f8_static_rejoin_in_stable_without_protocol_change_does_not_rebalance()
     assert x.result(x.join(member_id=follower, instance=fi)).error == E.FENCED_INSTANCE_ID
 
 
-def test_f8_old_leader_id_before_v9_skip_assignment_from_v9() -> None:
+def test_old_leader_id_before_v9_skip_assignment_from_v9() -> None:
     for version, expect_skip in ((5, False), (9, True)):
         x = h()
         ids, leader, gen = static_group(x, version=version)
@@ -608,7 +610,7 @@ def test_f8_old_leader_id_before_v9_skip_assignment_from_v9() -> None:
         assert x.m.groups["g"].leader_id == r.member_id
 
 
-def test_f8_old_members_parked_join_gets_fenced() -> None:
+def test_old_members_parked_join_gets_fenced() -> None:
     x = h()
     ids, leader, _gen = static_group(x)
     t_old = x.join(member_id=leader, instance="i0" if leader == ids[0] else "i1")  # leader rejoin: parked
@@ -618,7 +620,7 @@ def test_f8_old_members_parked_join_gets_fenced() -> None:
     assert r.error == E.FENCED_INSTANCE_ID and r.member_id == leader
 
 
-def test_f8_static_rejoin_in_completing_rebalance_forces_a_rebalance() -> None:
+def test_static_rejoin_in_completing_rebalance_forces_a_rebalance() -> None:
     x = h()
     t0 = x.join(instance="i0")
     t1 = x.join(instance="i1")
@@ -629,7 +631,7 @@ def test_f8_static_rejoin_in_completing_rebalance_forces_a_rebalance() -> None:
     del t0, t1
 
 
-def test_f8_static_rejoin_with_protocol_change_rebalances() -> None:
+def test_static_rejoin_with_protocol_change_rebalances() -> None:
     x = h()
     ids, leader, _gen = static_group(x)
     follower_inst = "i1" if leader == ids[0] else "i0"
@@ -646,7 +648,7 @@ def test_f8_static_rejoin_with_protocol_change_rebalances() -> None:
     assert r2.generation_id == 2 and r2.protocol_name == "roundrobin"
 
 
-def test_f8_static_members_survive_join_completion_without_rejoining() -> None:
+def test_static_members_survive_join_completion_without_rejoining() -> None:
     x = h()
     ids, leader, gen = static_group(x, session=60_000)
     follower = ids[1] if ids[0] == leader else ids[0]
@@ -659,7 +661,7 @@ def test_f8_static_members_survive_join_completion_without_rejoining() -> None:
     assert {m.member_id for m in r.members} == {leader, follower}  # static follower kept
 
 
-def test_f8_static_replacement_persist_failure_reverts() -> None:
+def test_static_replacement_persist_failure_reverts() -> None:
     x = h()
     ids, leader, _gen = static_group(x)
     follower = ids[1] if ids[0] == leader else ids[0]
@@ -671,7 +673,7 @@ def test_f8_static_replacement_persist_failure_reverts() -> None:
     assert g.static_members[fi] == follower and follower in g.members
 
 
-def test_f8_leave_group_v3_removes_a_static_member_by_instance_id() -> None:
+def test_leave_group_v3_removes_a_static_member_by_instance_id() -> None:
     x = h()
     _ids, _leader, _gen = static_group(x)
     res = x.leave("g", ("", "i1"), ("", "nobody"))
@@ -690,7 +692,7 @@ def test_static_member_rejoining_with_known_id_and_wrong_instance() -> None:
     assert x.result(x.join(member_id="someone-else", instance="i0")).error == E.FENCED_INSTANCE_ID
 
 
-# ------------------------------------------------------------------ §A.6 LeaveGroup
+# --------------------------------------------------------------------------- LeaveGroup
 
 
 def test_leave_group_errors_and_rebalance() -> None:
@@ -767,7 +769,7 @@ def test_rebalance_timeout_removes_dynamic_members_that_did_not_rejoin() -> None
     assert set(x.m.groups["g"].members) == {ids[1]}
 
 
-# ---------------------------------------------------------------- group.max.size (§A.3)
+# ----------------------------------------------------------- group.max.size ("JoinGroup")
 
 
 def test_group_max_size() -> None:
@@ -870,7 +872,7 @@ def test_delete_groups_answers_after_the_tombstones_are_written() -> None:
     assert x.result(t).results == (("idle", E.NONE),)
 
 
-# ---------------------------------------------------------------------- shutdown (§A.13)
+# ------------------------------------------------------ shutdown ("Loading and unloading")
 
 
 def test_shutdown_answers_parked_requests_not_coordinator() -> None:

@@ -1,6 +1,6 @@
-"""Offsets in the group state machine: OffsetCommit/OffsetFetch/OffsetDelete validation (§A.9-A.11),
-the cache and acknowledge-after-write, retention, loading (§A.13, §B.3) and while-loading answers
-(§A.2, F13)."""
+"""Offsets in the group coordinator (docs/groups.md: "OffsetCommit", "OffsetFetch", "OffsetDelete",
+"Offsets retention", "Records written"), loading ("Loading and unloading") and while-loading answers
+("Request pre-checks")."""
 
 from __future__ import annotations
 
@@ -27,10 +27,10 @@ def h(**cfg: int) -> Harness:
     return Harness(GroupConfig(**cfg))
 
 
-# --------------------------------------------------------------------- F9: OffsetCommit
+# --------------------------------------------------------------------- OffsetCommit
 
 
-def test_f9_generation_minus_one_on_a_missing_group_creates_a_simple_group() -> None:
+def test_generation_minus_one_on_a_missing_group_creates_a_simple_group() -> None:
     x = h()
     t = x.commit("simple", {("t", 0): 42, ("t", 1): 7}, metadata="m")
     assert x.commit_errors(t) == {("t", 0): E.NONE, ("t", 1): E.NONE}
@@ -50,7 +50,7 @@ def test_f9_generation_minus_one_on_a_missing_group_creates_a_simple_group() -> 
     assert (value.offset, value.metadata, value.commit_timestamp, value.expire_timestamp) == (42, "m", x.now, None)
 
 
-def test_f9_missing_group_with_a_generation_is_illegal_generation_before_v9() -> None:
+def test_missing_group_with_a_generation_is_illegal_generation_before_v9() -> None:
     x = h()
     assert set(x.commit_errors(x.commit("g", {("t", 0): 1}, generation=3, member_id="m", version=8)).values()) == {
         E.ILLEGAL_GENERATION
@@ -61,7 +61,7 @@ def test_f9_missing_group_with_a_generation_is_illegal_generation_before_v9() ->
     assert "g" not in x.m.groups
 
 
-def test_f9_commit_validation_against_the_member_and_generation() -> None:
+def test_commit_validation_against_the_member_and_generation() -> None:
     x = h()
     _ids, leader, gen = x.stable_group(2)
     ok = x.commit("g", {("t", 0): 1}, generation=gen, member_id=leader)
@@ -74,7 +74,7 @@ def test_f9_commit_validation_against_the_member_and_generation() -> None:
     assert x.commit_errors(anonymous) == {("t", 0): E.UNKNOWN_MEMBER_ID}
 
 
-def test_f9_completing_rebalance_refuses_preparing_rebalance_accepts_the_old_generation() -> None:
+def test_completing_rebalance_refuses_preparing_rebalance_accepts_the_old_generation() -> None:
     x = h()
     ids, leader, gen = x.stable_group(2, session=10_000)
     x.join(member_id=leader)  # -> PreparingRebalance, the generation is still `gen`
@@ -90,7 +90,7 @@ def test_f9_completing_rebalance_refuses_preparing_rebalance_accepts_the_old_gen
     assert x.commit_errors(t) == {("t", 0): E.REBALANCE_IN_PROGRESS}
 
 
-def test_f9_metadata_too_large_is_per_partition_java_string_length() -> None:
+def test_metadata_too_large_is_per_partition_java_string_length() -> None:
     x = h(metadata_max_bytes=4)
     t = x.commit("g", {("t", 0): 1}, metadata="abcd")
     assert x.commit_errors(t) == {("t", 0): E.NONE}
@@ -115,7 +115,7 @@ def test_f9_metadata_too_large_is_per_partition_java_string_length() -> None:
     assert x.fetched(x.fetch("g", {"t": [0, 1]})) == {("t", 0): (10, "ok", E.NONE), ("t", 1): (-1, "", E.NONE)}
 
 
-def test_f9_null_metadata_is_stored_as_empty_and_retention_time_sets_expire_timestamp() -> None:
+def test_null_metadata_is_stored_as_empty_and_retention_time_sets_expire_timestamp() -> None:
     x = h()
     x.commit("g", {("t", 0): 1}, metadata=None, version=2, retention=60_000)
     value = x.persisted[-1].records[0][1]
@@ -156,10 +156,10 @@ def test_require_stable_fetch_waits_for_pending_commits() -> None:
     assert x.answered(x.fetch("g", {"t": [0]}, require_stable=True))
 
 
-# ----------------------------------------------------------------------- F10: OffsetFetch
+# ----------------------------------------------------------------------- OffsetFetch
 
 
-def test_f10_offset_fetch_unknown_group() -> None:
+def test_offset_fetch_unknown_group() -> None:
     x = h()
     assert x.fetched(x.fetch("nope", {"t": [0, 3]})) == {("t", 0): (-1, "", E.NONE), ("t", 3): (-1, "", E.NONE)}
     (g,) = x.responses[x.fetch("nope")].groups
@@ -211,7 +211,7 @@ def test_offset_delete_on_an_active_group() -> None:
     assert delete_offsets(y, "g", {"t": [0]}).error == E.NON_EMPTY_GROUP  # type: ignore[attr-defined]
 
 
-# ---------------------------------------------------------------------- retention (§A.9)
+# ---------------------------------------------------------------------- retention
 
 
 def test_retention_of_an_empty_consumer_group_counts_from_when_it_became_empty() -> None:
@@ -273,10 +273,10 @@ def test_empty_group_without_offsets_is_removed_by_the_retention_check() -> None
     assert "g" not in x.m.groups
 
 
-# -------------------------------------------------------------------- F13: while loading
+# --------------------------------------------------------- while loading
 
 
-def test_f13_answers_while_the_partition_is_loading() -> None:
+def test_answers_while_the_partition_is_loading() -> None:
     x = h()
     _ids, leader, gen = x.stable_group(1)
     x.m.begin_load(partition_for("g", 50))
@@ -298,10 +298,10 @@ def test_f13_answers_while_the_partition_is_loading() -> None:
     assert x.heartbeat("g", leader, gen) == E.NONE and x.list_groups().error == E.NONE
 
 
-# -------------------------------------------------------------------- F14: loading
+# --------------------------------------------------------------- loading
 
 
-def test_f14_loaded_groups_come_up_stable_or_empty_with_fresh_session_timers() -> None:
+def test_loaded_groups_come_up_stable_or_empty_with_fresh_session_timers() -> None:
     x = h()
     members = (
         MemberMetadata("m1", None, "c1", "/10.0.0.1", 30_000, 10_000, meta_for("t"), b"A1"),
@@ -331,17 +331,17 @@ def test_f14_loaded_groups_come_up_stable_or_empty_with_fresh_session_timers() -
     assert live.state == S.PREPARING_REBALANCE
 
 
-def test_f14_a_loaded_group_over_capacity_rebalances() -> None:
+def test_a_loaded_group_over_capacity_rebalances() -> None:
     x = h(max_size=1)
     members = tuple(MemberMetadata(f"m{i}", None, "c", "/h", 30_000, 10_000, b"", b"") for i in range(2))
     x.apply(x.m.load(0, {"big": GroupMetadataValue("consumer", 1, "range", "m0", -1, members)}, {}, x.now))
     assert x.m.groups["big"].state == S.PREPARING_REBALANCE
 
 
-# ----------------------------------------------------------------- F11: partition choice
+# ------------------------------------------------------ partition choice
 
 
-def test_f11_coordinator_partition_is_kafkas_hash() -> None:
+def test_coordinator_partition_is_kafkas_hash() -> None:
     # Java: "hello".hashCode() == 99162322; "polygenelubricants".hashCode() == Integer.MIN_VALUE
     assert partition_for("hello", 50) == 99162322 % 50
     assert partition_for("polygenelubricants", 50) == 0

@@ -1,7 +1,8 @@
 """Property tests: random join/sync/heartbeat/leave/commit/restart/time sequences from several
 well-behaved and badly-behaved clients never break the group invariants.
 
-* only legal transitions (the harness checks every Transition effect against §A.1);
+* only legal transitions (the harness checks every Transition effect against the table of
+  docs/groups.md, "States and transitions");
 * a group's generation never goes down;
 * a Stable group's members and assignments are exactly those of the last GroupMetadata
   record written for it (the leader's SyncGroup, or a static replacement that kept them);

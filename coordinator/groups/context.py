@@ -98,8 +98,9 @@ class Context:
     def append(self, partition: int, records: Sequence[Record], done: Done, *, groups: Sequence[str] = ()) -> int:
         """Write ``records`` as one batch and call ``done(error)`` once the log answered.
 
-        The records are replayed into the timeline now (docs/groups.md, "Records are applied
-        when appended"); ``groups`` names the groups ``done`` may change (for "Internal errors").
+        The records are replayed into the timeline now (docs/groups.md,
+        "Records are applied when appended"); ``groups`` names the groups ``done`` may change
+        (for "Internal errors").
         """
         self._write_ids += 1
         wid = self._write_ids

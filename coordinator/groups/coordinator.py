@@ -366,7 +366,7 @@ class GroupCoordinator:
         offsets: Mapping[OffsetCommitKey, OffsetCommitValue],
         now_ms: int,
     ) -> list[Effect]:
-        """Install what the offsets log replayed for ``partition`` (docs/groups.md, "Loading").
+        """Install what the offsets log replayed for ``partition`` (docs/groups.md, "Loading and unloading").
 
         Groups with members come up Stable, others Empty; every member gets a fresh session
         timer; offsets without a group record make an Empty "simple" group.  A group over

@@ -184,9 +184,9 @@ class Member:
         return None
 
     def has_satisfied_heartbeat(self) -> bool:
-        """``ClassicGroupMember.hasSatisfiedHeartbeat`` (docs/groups.md, "Heartbeat and
-        sessions"): a new member must be re-armed explicitly; one awaiting join or sync is
-        alive; otherwise it missed its heartbeat."""
+        """``ClassicGroupMember.hasSatisfiedHeartbeat`` (docs/groups.md,
+        "Heartbeat and sessions"): a new member must be re-armed explicitly; one awaiting join
+        or sync is alive; otherwise it missed its heartbeat."""
         if self.is_new:
             return False
         return self.join_token is not None or self.sync_token is not None

@@ -169,9 +169,9 @@ class GroupRegistry:
         return DescribeResult(tuple(self._describe_one(g, api_version) for g in group_ids))
 
     def _describe_one(self, group_id: str, api_version: int) -> DescribedGroup:
-        """``GroupMetadataManager.describeGroups`` (docs/groups.md, "DescribeGroups and
-        ListGroups"): outside Stable the members come without metadata but with the
-        assignment they last received."""
+        """``GroupMetadataManager.describeGroups`` (docs/groups.md,
+        "DescribeGroups and ListGroups"): outside Stable the members come without metadata but
+        with the assignment they last received."""
         err = checks.request(self.ctx, group_id, validate_id=False)
         if err is not None:
             return DescribedGroup(group_id, err)

@@ -4,13 +4,13 @@ appended since, not yet acknowledged.
 Kafka's coordinator runtime keeps its state in timeline data structures (``TimelineHashMap``
 over a ``SnapshotRegistry``): a record is replayed into memory when it is appended, reads that
 must only see durable data read at the last committed offset, and a failed write reverts to
-that snapshot.  This is the same idea per key (docs/groups.md, "Records are applied when
-appended"):
+that snapshot.  This is the same idea per key (docs/groups.md,
+"Records are applied when appended"):
 
 * ``append`` replays a batch at once: the *current* view (what later writes build on: retention,
   DeleteGroups, OffsetDelete, topic deletion) includes it;
 * ``settle(write, ok)`` when the log answers: on success the batch's values become the
-  *committed* view (what OffsetFetch answers and a restart would load); on failure they are
+  *committed* view (what a restart would load; OffsetFetch reads it); on failure they are
   dropped and the current view falls back to the values before them — later batches that
   touched the same keys keep theirs.
 

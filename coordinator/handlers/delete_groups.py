@@ -1,4 +1,5 @@
-"""DeleteGroups (42), v0-2 (§A.11): only Empty groups; tombstones before the answer."""
+"""DeleteGroups (42), v0-2 (docs/groups.md, "DeleteGroups"): only Empty groups; tombstones before the
+answer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""DescribeGroups (15), v0-6 (§A.11; v6 = KIP-1043: unknown groups → GROUP_ID_NOT_FOUND)."""
+"""DescribeGroups (15), v0-6 (docs/groups.md, "DescribeGroups and ListGroups"; v6 = KIP-1043:
+unknown groups → GROUP_ID_NOT_FOUND)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Heartbeat (12), v0-4 (§A.5)."""
+"""Heartbeat (12), v0-4 (docs/groups.md, "Heartbeat and sessions")."""
 
 from __future__ import annotations
 

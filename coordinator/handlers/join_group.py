@@ -1,4 +1,4 @@
-"""JoinGroup (11), v0-9 (§A.3)."""
+"""JoinGroup (11), v0-9 (docs/groups.md, "JoinGroup")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LeaveGroup (13), v0-5 (§A.6)."""
+"""LeaveGroup (13), v0-5 (docs/groups.md, "LeaveGroup")."""
 
 from __future__ import annotations
 

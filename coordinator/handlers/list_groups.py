@@ -1,4 +1,7 @@
-"""ListGroups (16), v0-5: StatesFilter (v4+), TypesFilter (v5+) (§A.11)."""
+"""ListGroups (16), v0-5: StatesFilter (v4+), TypesFilter (v5+).
+
+See docs/groups.md, "DescribeGroups and ListGroups".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""OffsetCommit (8), v2-9 (§A.9).
+"""OffsetCommit (8), v2-9 (docs/groups.md, "OffsetCommit").
 
 Unknown topics and partitions are answered UNKNOWN_TOPIC_OR_PARTITION before the coordinator
 is asked (``KafkaApis.handleOffsetCommitRequest``); a request with nothing valid left never

@@ -1,4 +1,4 @@
-"""OffsetDelete (47), v0 (§A.11)."""
+"""OffsetDelete (47), v0 (docs/groups.md, "OffsetDelete")."""
 
 from __future__ import annotations
 

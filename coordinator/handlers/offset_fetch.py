@@ -1,4 +1,5 @@
-"""OffsetFetch (9), v1-9 (§A.10): v2 null topics = all, v7 RequireStable, v8 many groups.
+"""OffsetFetch (9), v1-9 (docs/groups.md, "OffsetFetch"): v2 null topics = all, v7 RequireStable,
+v8 many groups.
 
 v0 (ZooKeeper) is rejected by KRaft brokers and is not in the codec; v10 (topic ids) is not
 served.  v9's MemberId/MemberEpoch only matter for KIP-848 groups, which we do not have.

@@ -1,4 +1,4 @@
-"""SyncGroup (14), v0-5 (§A.4)."""
+"""SyncGroup (14), v0-5 (docs/groups.md, "SyncGroup")."""
 
 from __future__ import annotations
 
