@@ -36,18 +36,17 @@ from rallypoint.groups.events import (
     Transition,
 )
 from rallypoint.groups.model import GroupConfig, GroupState, assert_transition
+from rallypoint.protocol.consumer_protocol import Subscription, encode_subscription
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import GroupMetadataKey, GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
 
 E = ErrorCode
-META = b"\x00\x01\x00\x00\x00\x01\x00\x05topic\xff\xff\xff\xff"  # ConsumerProtocolSubscription v1: ["topic"]
+META = encode_subscription(Subscription(1, ("topic",)))  # ConsumerProtocolSubscription v1: ["topic"]
 
 
 def meta_for(*topics: str) -> bytes:
-    out = b"\x00\x00" + len(topics).to_bytes(4, "big")
-    for t in topics:
-        out += len(t).to_bytes(2, "big") + t.encode()
-    return out + b"\xff\xff\xff\xff"
+    """A v0 subscription to ``topics``."""
+    return encode_subscription(Subscription(0, topics))
 
 
 @dataclass

@@ -28,6 +28,7 @@ from rallypoint.groups.events import (
 from rallypoint.groups.model import ClassicGroup
 from rallypoint.groups.persist import Record
 from rallypoint.groups.runtime import GroupsRuntime
+from rallypoint.protocol.consumer_protocol import Subscription, encode_subscription
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
@@ -40,7 +41,7 @@ from rallypoint.protocol.offsets_schema import (
 from rallypoint.storage.errors import PersistError
 
 E = ErrorCode
-META = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
+META = encode_subscription(Subscription(0, ("t",)))
 
 
 class FakeLog:
