@@ -324,3 +324,18 @@ class Harness:
 
     def transitions_of(self, group: str = "g") -> list[tuple[str, str]]:
         return [(t.from_state, t.to_state) for t in self.transitions if t.group_id == group]
+
+
+def fail_once(obj: Any, name: str) -> Any:
+    """A replacement for method ``name`` of class ``obj`` that raises RuntimeError("boom") on
+    its first call and behaves normally after (for monkeypatch.setattr)."""
+    real = getattr(obj, name)
+    calls = [0]
+
+    def flaky(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise RuntimeError("boom")
+        return real(self, *args, **kwargs)
+
+    return flaky

@@ -14,7 +14,7 @@ from rallypoint.groups.model import ClassicGroup, GroupConfig, GroupState
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import GroupMetadataKey, OffsetCommitKey
 
-from tests.group_harness import Harness
+from tests.group_harness import Harness, fail_once
 
 E = ErrorCode
 S = GroupState
@@ -202,21 +202,12 @@ def test_a_failed_group_creation_record_after_member_id_required_drops_the_pendi
 
 def test_an_exception_in_the_join_timer_does_not_wedge_the_group(monkeypatch: pytest.MonkeyPatch) -> None:
     """The runtime used to crash inside the join timer and leave the group PreparingRebalance
-    for good.  Now: the event's effects stand, the group is rebuilt from its record, parked
-    requests are answered, and the group works again."""
+    for good.  Now the group is rebuilt from its record, its parked requests are answered, and
+    it works again."""
     x = h()
     x.expect_internal_errors = True
     t, _member = x.join_dynamic()
-    calls = {"n": 0}
-    real = ClassicGroup.select_protocol
-
-    def flaky(self: ClassicGroup) -> str:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("boom")
-        return real(self)
-
-    monkeypatch.setattr(ClassicGroup, "select_protocol", flaky)
+    monkeypatch.setattr(ClassicGroup, "select_protocol", fail_once(ClassicGroup, "select_protocol"))
     x.advance(0)  # the join timer fires and raises
     (err,) = x.internal_errors
     assert err.event == "timer join" and err.groups == ("g",) and isinstance(err.error, RuntimeError)

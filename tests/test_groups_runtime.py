@@ -40,6 +40,8 @@ from rallypoint.protocol.offsets_schema import (
 )
 from rallypoint.storage.errors import PersistError
 
+from tests.group_harness import fail_once
+
 E = ErrorCode
 META = encode_subscription(Subscription(0, ("t",)))
 
@@ -240,16 +242,7 @@ async def test_an_exception_in_a_timer_is_logged_once_and_the_group_keeps_workin
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt = await started(tmp_path)
-    calls = {"n": 0}
-    real = ClassicGroup.select_protocol
-
-    def flaky(self: ClassicGroup) -> str:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("boom")
-        return real(self)
-
-    monkeypatch.setattr(ClassicGroup, "select_protocol", flaky)
+    monkeypatch.setattr(ClassicGroup, "select_protocol", fail_once(ClassicGroup, "select_protocol"))
     with structlog.testing.capture_logs() as logs:
         first = await asyncio.wait_for(rt.join(join_req("g")), 5)  # parked until the join timer
     assert first.error == E.NOT_COORDINATOR

@@ -14,6 +14,7 @@ responses that depend on a record wait for it to be written.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from rallypoint.protocol.errors import ErrorCode
 
@@ -335,18 +336,9 @@ class ClassicGroups:
                         return
                     if version >= 9:
                         is_leader = group.is_leader(new_id)
-                        result = self._generation_result(group, new_id, with_members=is_leader)
-                        if is_leader:
-                            result = JoinResult(
-                                result.error,
-                                result.member_id,
-                                result.generation_id,
-                                result.protocol_type,
-                                result.protocol_name,
-                                result.leader,
-                                result.members,
-                                skip_assignment=True,
-                            )
+                        result = replace(
+                            self._generation_result(group, new_id, with_members=is_leader), skip_assignment=is_leader
+                        )
                     else:
                         # Before v9 the response names the OLD leader id, so that a rejoining
                         # leader does not think it must compute an assignment.
@@ -563,14 +555,24 @@ class ClassicGroups:
             member = group.members[req.member_id]
             ctx.respond(token, SyncResult(E.NONE, group.protocol_type, group.protocol_name, member.assignment))
 
-    def _validate_sync(self, group: ClassicGroup, req: SyncRequest) -> ErrorCode | None:
+    @staticmethod
+    def _validate_generation(
+        group: ClassicGroup, member_id: str, instance_id: str | None, generation_id: int
+    ) -> ErrorCode | None:
+        """A known member (fencing included) of the current generation, in a live group."""
         if group.state == DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
-        err = group.validate_member(req.member_id, req.group_instance_id)
+        err = group.validate_member(member_id, instance_id)
         if err is not None:
             return err
-        if req.generation_id != group.generation:
+        if generation_id != group.generation:
             return E.ILLEGAL_GENERATION
+        return None
+
+    def _validate_sync(self, group: ClassicGroup, req: SyncRequest) -> ErrorCode | None:
+        err = self._validate_generation(group, req.member_id, req.group_instance_id, req.generation_id)
+        if err is not None:
+            return err
         if _inconsistent(req.protocol_type, group.protocol_type):
             return E.INCONSISTENT_GROUP_PROTOCOL
         if _inconsistent(req.protocol_name, group.protocol_name):
@@ -621,13 +623,9 @@ class ClassicGroups:
         group = self.registry.get(req.group_id)
         if group is None:
             return E.UNKNOWN_MEMBER_ID
-        if group.state == DEAD:
-            return E.COORDINATOR_NOT_AVAILABLE
-        err = group.validate_member(req.member_id, req.group_instance_id)
+        err = self._validate_generation(group, req.member_id, req.group_instance_id, req.generation_id)
         if err is not None:
             return err
-        if req.generation_id != group.generation:
-            return E.ILLEGAL_GENERATION
         if group.state == EMPTY:
             return E.UNKNOWN_MEMBER_ID
         self.registry.reschedule_heartbeat(group, group.members[req.member_id])
