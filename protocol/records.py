@@ -125,6 +125,10 @@ class CorruptBatchError(RecordsError):
     """The batch is complete but wrong: CRC mismatch, impossible lengths, bad record framing."""
 
 
+class UndecompressableError(CorruptBatchError):
+    """A compressed payload the codec refuses (not a stream of that codec, or damaged)."""
+
+
 class UnsupportedBatchError(RecordsError):
     """A batch this module cannot decode: magic < 2, or a compression id Kafka does not define."""
 
@@ -469,8 +473,9 @@ def records_payload(
     """The record bytes of batch ``h``, decompressed; at most ``max_bytes`` of them.
 
     Raises :class:`PayloadTooLargeError` when the batch decompresses to more (nothing larger than
-    ``max_bytes`` is ever allocated), :class:`CorruptBatchError` when its payload does not
-    decompress, :class:`UnsupportedBatchError` for a compression id Kafka does not define.
+    ``max_bytes`` is ever allocated), :class:`UndecompressableError` when the codec refuses the
+    payload, :class:`CorruptBatchError` when a gzip stream ends early,
+    :class:`UnsupportedBatchError` for a compression id Kafka does not define.
     """
     raw = bytes(buf[h.position + HEADER_SIZE : h.end])
     comp = h.compression
@@ -486,7 +491,9 @@ def records_payload(
     except RecordsError:
         raise
     except (zlib.error, ValueError, cramjam.DecompressionError) as e:
-        raise CorruptBatchError(f"bad {h.compression_name} payload in batch at {h.position}: {e}", h.position) from None
+        raise UndecompressableError(
+            f"bad {h.compression_name} payload in batch at {h.position}: {e}", h.position
+        ) from None
     raise UnsupportedBatchError(f"batch at {h.position} has unknown compression id {comp}", h.position)
 
 
@@ -506,7 +513,7 @@ def _gunzip(raw: bytes, max_bytes: int, position: int) -> bytes:
         if not d.eof:
             if d.unconsumed_tail:
                 raise _too_large(position, max_bytes)
-            raise zlib.error("truncated gzip stream")
+            raise CorruptBatchError(f"the gzip payload of batch at {position} ends early", position)
         data = d.unused_data
         if not data:
             return bytes(out)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBatc
 from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from rallypoint.protocol.errors import ErrorCode
-from rallypoint.protocol.records import iter_record_times, parse_header, split_batches
+from rallypoint.protocol.records import assemble_batch, iter_record_times, parse_header, read_header, split_batches
 from rallypoint.topics import TopicError, TopicStore
 from rallypoint.topics.fetch_sessions import ZERO_UUID, FetchSessionCache, PartitionRequest
 from rallypoint.topics.fetcher import ReadSpec, fetch, read_all
@@ -24,6 +26,8 @@ from rallypoint.topics.log_validator import (
     validate_produce_records,
 )
 from rallypoint.topics.partition import AppendResult, OffsetOutOfRange, PartitionLog
+
+from tests.support.crafted_batches import hostile_batches
 
 MAX = 1048588
 
@@ -373,3 +377,60 @@ def test_store_create_rules(tmp_path: Path) -> None:
     internal = store.create("__consumer_offsets", 5, is_internal=True)
     assert store.create("__consumer_offsets", 5, is_internal=True) is internal
     assert internal.is_internal
+
+
+# --------------------------------------------------------------------------- hostile batches
+
+
+@pytest.mark.parametrize("name", sorted(hostile_batches()))
+def test_hostile_batches_get_kafkas_error_within_bounded_time_and_memory(name: str) -> None:
+    data, code = hostile_batches()[name]
+    plog = PartitionLog("t", 0)
+    started = time.monotonic()
+    tracemalloc.start()
+    try:
+        with pytest.raises(BatchError) as e:
+            pos, size = validate_produce_records(9, data)
+            h = validate_client_batch(data, pos, size, MAX)
+            validate_client_records(data, h, 1 << 20)
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert e.value.code == code, e.value.message
+    assert time.monotonic() - started < 2
+    assert peak < len(data) + (3 << 20), peak  # the bound (1 MiB) twice over at most, plus a copy
+    assert plog.next_offset == 0
+
+
+def test_a_lying_max_timestamp_is_replaced_by_the_records_one() -> None:
+    """LogValidator stores the largest record timestamp it walked (and recomputes the CRC)."""
+    good = batch(3, ts=1000)
+    liar = assemble_batch(parse_header(good)._replace(max_timestamp=9_999_999), good[61:])
+    plog = PartitionLog("t", 0)
+    append(plog, liar)
+    stored = plog.read(0, 1 << 20, True).records
+    h = read_header(stored)  # the CRC is valid
+    assert h.max_timestamp == 1002
+    assert plog.max_timestamp_offset() == (1002, 2)
+    assert plog.offset_for_timestamp(1003) is None
+
+
+def test_list_offsets_by_timestamp_walks_one_batch() -> None:
+    plog = PartitionLog("t", 0)
+    for i in range(2000):
+        append(plog, batch(2, ts=10 * i))
+    calls = []
+    import rallypoint.topics.partition as partition_mod
+
+    real = partition_mod.iter_record_times
+
+    def counting(*args: object, **kw: object) -> object:
+        calls.append(1)
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    partition_mod.iter_record_times = counting  # type: ignore[assignment]
+    try:
+        assert plog.offset_for_timestamp(10 * 1500 + 1) == (10 * 1500 + 1, 3001)
+    finally:
+        partition_mod.iter_record_times = real
+    assert len(calls) == 1

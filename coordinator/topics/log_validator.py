@@ -15,7 +15,8 @@ In Kafka's order (docs/data-plane.md, "Produce validation"):
    this, up to ``rallypoint.max.uncompressed.batch.bytes``: a batch that decompresses to more
    is refused with MESSAGE_TOO_LARGE (Kafka has no such bound; it is what keeps a
    decompression bomb from taking the broker's memory, and a Java producer answers it by
-   splitting the batch).
+   splitting the batch).  A payload its codec refuses is UNKNOWN_SERVER_ERROR, as Kafka's
+   ``KafkaException("Failed to decompress record stream")`` maps to it.
 
 Producer-state checks (duplicates, epochs, sequences) come after, in ``PartitionLog``.
 """
@@ -35,6 +36,7 @@ from rallypoint.protocol.records import (
     CorruptBatchError,
     PayloadTooLargeError,
     RecordsError,
+    UndecompressableError,
     crc_matches,
     iter_record_times,
     parse_header,
@@ -154,6 +156,8 @@ def check_records(data: bytes, h: BatchHeader, max_uncompressed: int) -> Iterato
                 yield None
     except PayloadTooLargeError as e:
         raise BatchError(ErrorCode.MESSAGE_TOO_LARGE, str(e)) from None
+    except UndecompressableError as e:
+        raise BatchError(ErrorCode.UNKNOWN_SERVER_ERROR, str(e)) from None
     except RecordsError as e:
         # DefaultRecordBatch's iterators throw InvalidRecordException for every framing problem.
         raise BatchError(ErrorCode.INVALID_RECORD, str(e)) from None
