@@ -1,13 +1,14 @@
 """The offsets log component (``broker.offsets_log``): durable, group-committed appends
 to ``__consumer_offsets-<N>`` segment files, start-up recovery, and background compaction.
 
-Contract with the groups runtime (``rallypoint.groups.persist``):
+What it offers its user (the groups runtime; this package imports nothing of it):
 
 * ``await append(partition, [(key, value | None), ...])`` writes one record batch and returns
   once it is written and, per ``rallypoint.offsets.flush``, fsynced; it raises
-  :class:`~coordinator.groups.persist.PersistError` otherwise.
-* ``start()`` replays every partition before the server listens and calls
-  its ``loader(partition, groups, offsets)`` (the groups runtime's ``load``) once per partition.
+  :class:`~rallypoint.storage.errors.PersistError` otherwise.
+* ``start()`` replays every partition before the server listens, moves groups found outside
+  their partition (``recovery.plan_moves``), and calls its ``loader(partition, groups,
+  offsets)`` (the groups runtime's ``load``) once per partition.
 
 Write path.  Each partition has a queue and a writer task.  The writer takes *everything*
 queued (group commit), assigns offsets, and hands the batches to an I/O thread which writes

@@ -5,7 +5,7 @@ holds whole v2 record batches back to back; its name is the offset of its first 
 compaction the first record may be later than the name says, never earlier).  The last segment
 of a partition is the active one, the only one ever appended to.
 
-Recovery rules (docs/offsets-log-format.md, "Recovery"):
+Recovery rules (docs/offsets-log-format.md, "Recovery at start-up"):
 
 * Cleaner leftovers are resolved first: ``*.log.cleaned`` (a cleaning that did not finish) is
   deleted; ``<base>-<end>.log.swap`` (a finished cleaning not yet installed) replaces every
