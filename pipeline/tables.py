@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, Window
 from pyspark.sql import functions as F
 from rallypoint.pipeline.decode import KIND_COLUMNS, check_order
+from rallypoint.protocol.records import CONTROL_COMMIT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -24,9 +25,6 @@ SEGMENT_COLUMNS = list(KIND_COLUMNS["segment"])
 REC = ["broker", "log_partition", "log_offset"]
 GROUP = ["broker", "group"]
 OFFSET_KEY = ["broker", "log_partition", "group", "topic", "partition"]
-
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
 
 # Why a generation record was written (generations.reason), from comparing it with the previous
 # record of the same group (members identified by group.instance.id when static, else member id).

@@ -81,15 +81,6 @@ def write_uvarint(value: int, out: bytearray) -> None:
     out.append(value)
 
 
-def zigzag(n: int) -> int:
-    """Signed → unsigned, Kafka's ``(n << 1) ^ (n >> 63)`` for 64-bit values."""
-    return ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-
-
-def unzigzag(n: int) -> int:
-    return (n >> 1) ^ -(n & 1)
-
-
 def write_varint(n: int, out: bytearray) -> None:
     """Append a signed (zig-zag) varint or varlong to ``out``."""
     write_uvarint(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF, out)
