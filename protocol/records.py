@@ -42,10 +42,9 @@ by patching them (:func:`with_base_offset`) and never rewrites the rest of a pro
 
 Every reader is bounded by the bytes that are there: a length, count or header that claims
 more than remains is an error before anything is allocated, and a compressed payload is
-decompressed only up to a caller-given number of bytes (:func:`records_payload`), so a
-"decompression bomb" costs at most that much memory.  Writing is uncompressed only (all
-rallypoint writes); reading handles none, gzip (the standard library), snappy, lz4 and zstd
-(``cramjam``).
+decompressed only up to a caller-given number of bytes (:func:`records_payload`,
+``protocol/compression.py``), so a "decompression bomb" costs at most that much memory.
+Writing is uncompressed only (all rallypoint writes); reading handles every Kafka codec.
 """
 
 from __future__ import annotations
@@ -53,13 +52,12 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Final, NamedTuple
 
-import cramjam
 from crc32c import crc32c
 
+from . import compression
 from .wire import I16 as _I16
 from .wire import I32 as _I32
 from .wire import read_varint, write_varint
@@ -77,11 +75,11 @@ MIN_ANY_BATCH_LENGTH: Final = 14
 MIN_RECORD_SIZE: Final = 7
 
 COMPRESSION_NONE: Final = 0
-COMPRESSION_GZIP: Final = 1
-COMPRESSION_SNAPPY: Final = 2
-COMPRESSION_LZ4: Final = 3
-COMPRESSION_ZSTD: Final = 4
-COMPRESSION_NAMES: Final = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+COMPRESSION_GZIP: Final = compression.GZIP
+COMPRESSION_SNAPPY: Final = compression.SNAPPY
+COMPRESSION_LZ4: Final = compression.LZ4
+COMPRESSION_ZSTD: Final = compression.ZSTD
+COMPRESSION_NAMES: Final = compression.NAMES
 
 ATTR_COMPRESSION_MASK: Final = 0x07
 ATTR_LOG_APPEND_TIME: Final = 0x08
@@ -463,109 +461,33 @@ def split_batches(data: bytes) -> list[tuple[int, int]]:
 # ---------------------------------------------------------------------------------------------
 # payloads (bounded decompression)
 
-_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
-_XERIAL_HEADER = struct.Struct(">8sii")  # magic, version, compatible version
-
 
 def records_payload(
     buf: bytes | memoryview | mmap.mmap, h: BatchHeader, max_bytes: int = DEFAULT_MAX_UNCOMPRESSED
 ) -> bytes:
-    """The record bytes of batch ``h``, decompressed; at most ``max_bytes`` of them.
+    """The record bytes of batch ``h``, decompressed (``protocol/compression.py``); at most
+    ``max_bytes`` of them.
 
     Raises :class:`PayloadTooLargeError` when the batch decompresses to more (nothing larger than
     ``max_bytes`` is ever allocated), :class:`UndecompressableError` when the codec refuses the
-    payload, :class:`CorruptBatchError` when a gzip stream ends early,
+    payload, :class:`CorruptBatchError` when the stream ends early,
     :class:`UnsupportedBatchError` for a compression id Kafka does not define.
     """
     raw = bytes(buf[h.position + HEADER_SIZE : h.end])
     comp = h.compression
     if comp == COMPRESSION_NONE:
         return raw
+    if comp not in COMPRESSION_NAMES:
+        raise UnsupportedBatchError(f"batch at {h.position} has unknown compression id {comp}", h.position)
+    where = f"the {h.compression_name} payload of batch at {h.position}"
     try:
-        if comp == COMPRESSION_GZIP:
-            return _gunzip(raw, max_bytes, h.position)
-        if comp == COMPRESSION_SNAPPY:
-            return _unsnappy(raw, max_bytes, h.position)
-        if comp in (COMPRESSION_LZ4, COMPRESSION_ZSTD):
-            return _decompress_into(comp, raw, max_bytes, h.position)
-    except RecordsError:
-        raise
-    except (zlib.error, ValueError, cramjam.DecompressionError) as e:
-        raise UndecompressableError(
-            f"bad {h.compression_name} payload in batch at {h.position}: {e}", h.position
-        ) from None
-    raise UnsupportedBatchError(f"batch at {h.position} has unknown compression id {comp}", h.position)
-
-
-def _too_large(position: int, max_bytes: int) -> PayloadTooLargeError:
-    return PayloadTooLargeError(f"batch at {position} decompresses to more than {max_bytes} bytes", position)
-
-
-def _gunzip(raw: bytes, max_bytes: int, position: int) -> bytes:
-    """gzip, one member or several concatenated (as Java's GZIPInputStream reads them)."""
-    out = bytearray()
-    data = raw
-    while True:
-        d = zlib.decompressobj(wbits=31)
-        out += d.decompress(data, max_bytes + 1 - len(out))
-        if len(out) > max_bytes:
-            raise _too_large(position, max_bytes)
-        if not d.eof:
-            if d.unconsumed_tail:
-                raise _too_large(position, max_bytes)
-            raise CorruptBatchError(f"the gzip payload of batch at {position} ends early", position)
-        data = d.unused_data
-        if not data:
-            return bytes(out)
-
-
-def _unsnappy(raw: bytes, max_bytes: int, position: int) -> bytes:
-    """Snappy as Kafka writes it: xerial framing (a 16-byte header, then blocks of int32 length
-    + raw snappy), or one raw snappy block (what xerial's reader falls back to)."""
-    if not raw.startswith(_XERIAL_MAGIC):
-        return _unsnappy_block(raw, max_bytes, position)
-    if len(raw) < _XERIAL_HEADER.size:
-        raise ValueError("truncated snappy stream header")
-    out = bytearray()
-    pos = _XERIAL_HEADER.size
-    while pos < len(raw):
-        if pos + 4 > len(raw):
-            raise ValueError("truncated snappy block length")
-        (n,) = _I32.unpack_from(raw, pos)
-        pos += 4
-        if n < 0 or pos + n > len(raw):
-            raise ValueError(f"snappy block of {n} bytes in the {len(raw) - pos} left")
-        out += _unsnappy_block(raw[pos : pos + n], max_bytes - len(out), position)
-        pos += n
-    return bytes(out)
-
-
-def _unsnappy_block(block: bytes, max_bytes: int, position: int) -> bytes:
-    n = int(cramjam.snappy.decompress_raw_len(block))  # the length the block's preamble announces
-    if n > max_bytes:
-        raise _too_large(position, max_bytes)
-    out = bytearray(n)
-    written = int(cramjam.snappy.decompress_raw_into(block, out))
-    return bytes(out[:written])
-
-
-def _decompress_into(comp: int, raw: bytes, max_bytes: int, position: int) -> bytes:
-    """lz4 (frame format) or zstd into a buffer of bounded size: cramjam stops with an error
-    when the output does not fit, so the buffer grows (doubling) up to ``max_bytes`` at most."""
-    codec = cramjam.lz4 if comp == COMPRESSION_LZ4 else cramjam.zstd
-    size = min(max_bytes, max(64 * 1024, 4 * len(raw)))
-    while True:
-        out = bytearray(size)
-        try:
-            written = int(codec.decompress_into(raw, out))
-        except cramjam.DecompressionError as e:
-            if "whole buffer" not in str(e) and "too small" not in str(e):
-                raise
-            if size >= max_bytes:
-                raise _too_large(position, max_bytes) from None
-            size = min(max_bytes, size * 2)
-            continue
-        return bytes(out[:written])
+        return compression.decompress(comp, raw, max_bytes)
+    except compression.TooLarge:
+        raise PayloadTooLargeError(f"{where} decompresses to more than {max_bytes} bytes", h.position) from None
+    except compression.Truncated as e:
+        raise CorruptBatchError(f"{where} ends early: {e}", h.position) from None
+    except compression.Undecompressable as e:
+        raise UndecompressableError(f"{where} does not decompress: {e}", h.position) from None
 
 
 # ---------------------------------------------------------------------------------------------
