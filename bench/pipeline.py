@@ -2,7 +2,7 @@
 
     python -m bench.pipeline [--quick] [--mib 200] [--master local[*]] [--keep DIR]
 
-Input: a synthetic ``__consumer_offsets`` log (pipeline/synth.py: commits, rebalances with
+Input: a synthetic ``__consumer_offsets`` log (tests/support/offsets_synth.py: commits, rebalances with
 range assignments, static members, deletions, some transactions) of ``--mib`` MiB over 8
 partitions in 32 MiB segments, written to a temporary directory (one partition is simulated,
 the other seven are copies of it).  Figures:
@@ -10,8 +10,8 @@ the other seven are copies of it).  Figures:
 * **single process, full decode**: pipeline/decode.py over every file, in this process: what
   one Spark task does (records → Arrow batches, group metadata and consumer-protocol bytes
   included);
-* **single process, replay**: pipeline/replay.py (keys + offset values, Kafka's load semantics),
-  the plain-Python reference for ``offsets_latest``;
+* **single process, replay**: the broker's own recovery and loader (coordinator/storage: CRC
+  checks, Kafka's load semantics) over the same files, the reference for ``offsets_latest``;
 * **Spark decode stage**: segment paths → mapInArrow decode → staging Parquet;
 * **Spark whole job**: decode + every table + report (what ``rallypoint report`` takes, minus the
   SparkSession start-up, which is printed separately).
@@ -27,9 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rallypoint.pipeline import decode, job, replay, synth
+from rallypoint.pipeline import decode, job
 
 from bench.common import summarize
+from tests.support import offsets_synth as synth
 
 PARTITIONS = 8
 SEGMENT_BYTES = 32 << 20
@@ -65,9 +66,10 @@ def single_process(files: list[decode.SegmentFile]) -> tuple[float, int]:
     return time.perf_counter() - t, rows - len(files)  # minus the one "segment" row per file
 
 
-def single_replay(files: list[decode.SegmentFile]) -> tuple[float, int]:
+def single_replay(data: Path) -> tuple[float, int]:
+    """The broker's own recovery and loader (coordinator/storage) over the same files."""
     t = time.perf_counter()
-    r = replay.replay(files)
+    r = synth.load_offsets([("bench", data)])
     return time.perf_counter() - t, r.records
 
 
@@ -82,7 +84,7 @@ def measure(mib: int, master: str, keep: Path | None = None) -> dict[str, Any]:
         print(f"input: {len(files)} segment files, {size / (1 << 20):.0f} MiB, generated in {gen_s:.0f} s", flush=True)
 
         sp_s, records = single_process(files)
-        rp_s, rp_records = single_replay(files)
+        rp_s, rp_records = single_replay(data)
         assert rp_records == records, (rp_records, records)
 
         from rallypoint.pipeline.session import get_session

@@ -81,6 +81,12 @@ SETTINGS: Final[dict[str, Setting]] = {
         Setting("auto.create.topics.enable", _bool, True, "create topics on Metadata/Produce"),
         Setting("num.partitions", _int_range(1, 100000), 1, "partitions of auto-created topics"),
         Setting("message.max.bytes", _int_range(0, INT32_MAX), 1048588, "largest record batch a producer may send"),
+        Setting(
+            "rallypoint.max.uncompressed.batch.bytes",
+            _int_range(1024, INT32_MAX),
+            16 * 1024 * 1024,
+            "most bytes a produced compressed batch may decompress to",
+        ),
         Setting("log.retention.bytes", _int_range(-1), 256 * 1024 * 1024, "per-partition bytes kept in memory"),
         Setting("group.initial.rebalance.delay.ms", _int_range(0, INT32_MAX), 0, "initial rebalance delay"),
         Setting("group.min.session.timeout.ms", _int_range(0, INT32_MAX), 6000, "smallest session timeout"),

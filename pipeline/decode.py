@@ -1,9 +1,12 @@
 """Decoding ``__consumer_offsets`` segment files into Arrow record batches (runs in Spark workers).
 
 Pure Python + pyarrow; no Spark import here, so the same code is unit-tested without a JVM and
-benchmarked single-process.  All decoding of bytes is delegated to ``protocol/``:
-``protocol.records`` (v2 record batches, CRC-32C) and ``protocol.offsets_schema`` (keys and values,
-spec §B), plus ``protocol.consumer_protocol`` for the members' subscriptions and assignments.
+benchmarked single-process.  Files are found and read with the broker's own storage code
+(``coordinator/storage/segments.py``: segment naming, ``SegmentReader`` and its torn-tail rule),
+so the pipeline sees exactly what a broker's start-up recovery sees; bytes are decoded by
+``protocol/``: ``protocol.records`` (v2 record batches, CRC-32C), ``protocol.offsets_schema`` (keys
+and values, docs/offsets-log-format.md) and ``protocol.consumer_protocol`` (the members'
+subscriptions and assignments).
 
 One row per record, in one wide schema (:data:`ARROW_SCHEMA`) whose ``kind`` column says which
 columns are filled:
@@ -16,14 +19,12 @@ columns are filled:
 - ``segment`` one row per file: what was read, and where and why reading stopped.
 
 A segment is read up to its first torn (cut short) or corrupt (CRC, framing) batch, which is
-where a log recovery truncates; nothing raises out of :func:`decode_segment`.
+where a log recovery truncates or stops; nothing raises out of :func:`decode_segment`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +34,8 @@ import pyarrow as pa
 from rallypoint.protocol import offsets_schema as schema
 from rallypoint.protocol import records as rec
 from rallypoint.protocol.consumer_protocol import ConsumerProtocolError, decode_assignment, decode_subscription
+from rallypoint.storage.segments import CorruptLogError, SegmentReader, list_partition_dirs, list_segments
 
-PARTITION_DIR = re.compile(r"^__consumer_offsets-(\d+)$")
-SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
 BATCH_ROWS = 32_768  # rows per Arrow batch handed back to Spark
 
 ASSIGNED = pa.list_(pa.struct([("topic", pa.string()), ("partitions", pa.list_(pa.int32()))]))
@@ -123,60 +123,18 @@ class SegmentFile:
 
 
 def find_segments(broker: str, data_dir: str | os.PathLike[str]) -> list[SegmentFile]:
-    """Every ``__consumer_offsets-<N>/<20-digit base offset>.log`` under one broker's data dir.
+    """Every ``__consumer_offsets-<N>/<20-digit base offset>.log`` under one broker's data dir,
+    as the broker lists them (``coordinator/storage/segments.py``).
 
     Listed here, in plain Python, and handed to Spark as explicit paths: Spark's own file
     listing treats names starting with ``_`` as hidden and silently skips these directories.
     """
     out: list[SegmentFile] = []
-    root = Path(data_dir)
-    try:
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
-    except FileNotFoundError:
-        return out
-    for d in entries:
-        m = PARTITION_DIR.match(d.name)
-        if not m or not d.is_dir():
-            continue
-        segs = []
-        for f in sorted(os.scandir(d.path), key=lambda e: e.name):
-            fm = SEGMENT_FILE.match(f.name)
-            if fm and f.is_file():
-                segs.append(SegmentFile(broker, int(m.group(1)), int(fm.group(1)), f.path, f.stat().st_size, False))
-        if segs:
-            segs[-1] = dataclasses.replace(segs[-1], is_last=True)
-        out += segs
+    for n, pdir in list_partition_dirs(Path(data_dir)).items():
+        segs = list_segments(pdir)
+        for i, (base, path) in enumerate(segs):
+            out.append(SegmentFile(broker, n, base, str(path), path.stat().st_size, i == len(segs) - 1))
     return out
-
-
-def _is_torn_tail(seg: SegmentFile, err: rec.RecordsError) -> bool:
-    """Whether the broker's recovery truncates this damage away instead of refusing to start
-    (coordinator/storage/segments.py ``scan_segment``): only in the partition's last segment, a batch
-    cut short, zero bytes after the last batch, or a final batch that fails its header checks (CRC)
-    and ends exactly at the end of the file.  A batch whose CRC matches but whose records do not
-    decode is corruption wherever it is."""
-    if not seg.is_last:
-        return False
-    if isinstance(err, rec.TornBatchError):
-        return True
-    if not isinstance(err, rec.CorruptBatchError):
-        return False
-    try:
-        with open(seg.path, "rb") as f:
-            f.seek(err.position)
-            tail = f.read()
-    except OSError:
-        return False
-    if tail.count(0) == len(tail):
-        return True  # zero bytes after the last batch (preallocated space, a lost write)
-    length = int.from_bytes(tail[8:12], "big", signed=True)
-    if 12 + length != len(tail):
-        return False  # more bytes follow the bad batch
-    try:
-        rec.read_header(tail, 0)
-    except rec.RecordsError:
-        return True
-    return False
 
 
 def _member_row(m: schema.MemberMetadata, consumer: bool) -> dict[str, Any]:
@@ -304,14 +262,11 @@ def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[p
     broker, lp, sbase = seg.broker, seg.log_partition, seg.base_offset
     decode_key = schema.decode_key
     offset_key, group_key = schema.OffsetCommitKey, schema.GroupMetadataKey
+    reader = SegmentReader(Path(seg.path), sbase, is_last=seg.is_last)
     try:
-        expected = sbase
-        for batch in rec.iter_file_batches(seg.path):
+        for batch in reader:
             h = batch.header
             boff, pid, txn = h.base_offset, h.producer_id, h.is_transactional
-            if boff < expected:  # the base offset is outside the CRC: the broker checks the order
-                raise rec.CorruptBatchError(f"batch base offset {boff} is below the expected {expected}", h.position)
-            expected = h.next_offset
             if h.is_control:
                 for r in batch.records:
                     common = (broker, lp, sbase, r.offset, boff, r.timestamp, pid, txn, r.value is None)
@@ -400,10 +355,10 @@ def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[p
             if len(groups) * 8 >= batch_rows:  # group rows are wide
                 yield _to_batch("group", groups)
                 groups.clear()
-    except rec.UnsupportedBatchError as e:
-        status, error = "unsupported", str(e)
-    except rec.RecordsError as e:
-        status, error = ("torn" if _is_torn_tail(seg, e) else "corrupt"), str(e)
+        if reader.torn is not None:
+            status, error = "torn", reader.torn[1]
+    except CorruptLogError as e:
+        status, error = ("unsupported" if e.unsupported else "corrupt"), e.reason
     except OSError as e:
         status, error = "unreadable", f"{type(e).__name__}: {e}"
     buffers["segment"].append(
@@ -437,9 +392,9 @@ def decode_segments(segs: Iterable[SegmentFile], batch_rows: int = BATCH_ROWS) -
 
 def check_order(segments: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Segment rows (``kind == "segment"``) with what only the whole partition shows: offsets
-    must not go backwards from one segment to the next (coordinator/storage/segments.py
-    ``recover_partition``: an overlapping segment or a batch below the expected offset stops the
-    broker).  Such a segment is marked ``corrupt`` with no valid bytes (its records were decoded but
+    must not go backwards from one segment to the next (as in ``recover_partition``,
+    coordinator/storage/segments.py: an overlapping segment or a batch below the expected offset
+    stops the broker).  Such a segment is marked ``corrupt`` with no valid bytes (its records were decoded but
     none is trusted); rows are returned in (broker, partition, base) order."""
     out = sorted((dict(r) for r in segments), key=lambda r: (r["broker"], r["log_partition"], r["segment_base"]))
     prev: tuple[str, int] | None = None

@@ -9,7 +9,7 @@ that name is the ``broker`` column of every table.  OUT receives one Parquet dir
 ``report.html``.
 
 How it runs: the driver lists the segment files itself (Spark's listing hides ``__consumer_offsets-N``
-directories, see spark-notes.md) and packs them into bins of similar size; a DataFrame of those
+directories, see pipeline/README.md, "How it runs") and packs them into bins of similar size; a DataFrame of those
 paths goes through ``mapInArrow``, where each task opens and decodes its own files with
 ``protocol/``'s decoders.  The decoded records are written once to a staging directory under OUT;
 the tables are computed from there (later tables from earlier ones read back), then the staging

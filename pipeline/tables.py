@@ -1,6 +1,6 @@
 """The analytics tables, as Spark DataFrames over the decoded records (pipeline/decode.py).
 
-Semantics follow the broker's own load (spec/group-coordinator.md §B.3): records are replayed in
+Semantics follow the broker's own load (docs/offsets-log-format.md, "Recovery at start-up"): records are replayed in
 log order per ``__consumer_offsets`` partition, the last record per key wins, a tombstone deletes
 the key, and a transactional offset commit counts only once a COMMIT marker of its producer
 follows it (an ABORT drops it; no marker yet = still pending, not loaded).  ``offsets_latest``
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import Column, Window
 from pyspark.sql import functions as F
 from rallypoint.pipeline.decode import KIND_COLUMNS, check_order
+from rallypoint.protocol.records import CONTROL_COMMIT
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -24,9 +25,6 @@ SEGMENT_COLUMNS = list(KIND_COLUMNS["segment"])
 REC = ["broker", "log_partition", "log_offset"]
 GROUP = ["broker", "group"]
 OFFSET_KEY = ["broker", "log_partition", "group", "topic", "partition"]
-
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
 
 # Why a generation record was written (generations.reason), from comparing it with the previous
 # record of the same group (members identified by group.instance.id when static, else member id).
@@ -181,7 +179,8 @@ def trusted(decoded: DataFrame, segs: DataFrame) -> DataFrame:
 
 
 def offsets_latest(offset_recs: DataFrame, transactions: bool = True) -> DataFrame:
-    """What the broker loads (spec §B.3), from offset records of :func:`trusted` input.
+    """What the broker loads (docs/offsets-log-format.md, "Recovery at start-up"), from offset
+    records of :func:`trusted` input.
 
     Replaying in log order, the state of a key ends as follows: take its last non-transactional
     record U (a put at U's batch offset, or a delete); every transactional promotion after U (at
@@ -393,7 +392,8 @@ def invariants(gens: DataFrame) -> DataFrame:
       ``GroupMetadataManager.storeGroup`` from ``updateStaticMemberAndRebalance`` in Stable; a
       deleted group starts over).
     - ``members_have_assignment``: every member of a stored non-empty generation has an assignment
-      (Kafka's writer refuses otherwise, spec §B.2); for the consumer protocol it must also decode.
+      (Kafka's writer refuses otherwise, GroupMetadataManager.prepareStoreGroup); for the consumer
+      protocol it must also decode.
     - ``no_double_assignment``: no topic-partition is assigned to two members (or twice) in one
       consumer-protocol generation.
     """

@@ -16,9 +16,11 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
-SIZE = struct.Struct(">i")
+from . import wire
+from .wire import I16 as _I16
+from .wire import I32 as SIZE
+
 _HDR = struct.Struct(">hhi")
-_I16 = struct.Struct(">h")
 
 # Kafka's socket.request.max.bytes default.
 DEFAULT_MAX_REQUEST_BYTES: Final = 104857600
@@ -39,43 +41,16 @@ class RequestHeader:
 
 
 def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Decode an unsigned varint at ``pos``; returns (value, new position)."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise FrameError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise FrameError("varint too long")
+    """An unsigned varint at ``pos`` (``protocol/wire.py``); FrameError when malformed."""
+    return wire.read_uvarint(buf, pos, FrameError)
 
 
 def write_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    return wire.uvarint(value)
 
 
 def skip_tagged_fields(buf: bytes | memoryview, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        pos += size
-        if pos > len(buf):
-            raise FrameError("truncated tagged field")
-    return pos
+    return wire.skip_tagged_fields(buf, pos, FrameError)
 
 
 def peek_api_key_version(frame: bytes | memoryview) -> tuple[int, int, int]:

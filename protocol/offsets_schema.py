@@ -1,4 +1,5 @@
-"""``__consumer_offsets`` record keys and values (spec/group-coordinator.md §B).
+"""``__consumer_offsets`` record keys and values (docs/offsets-log-format.md, "Keys (version-prefixed)"
+and "Values (version-prefixed)").
 
 Keys and values are "version-prefixed": int16 version, then the struct in Kafka's classic
 encoding.  The key version names the record type: 0-1 offset commit, 2 group metadata.
@@ -15,6 +16,11 @@ import functools
 import struct
 from dataclasses import dataclass, field
 from typing import Final
+
+from .wire import I16 as _I16
+from .wire import I32 as _I32
+from .wire import I64 as _I64
+from .wire import Reader, Writer
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,18 +75,24 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+_INT32_MIN: Final = -(2**31)
+
+
 @functools.lru_cache(maxsize=65536)
 def partition_for(group_id: str, num_partitions: int) -> int:
-    """Kafka's ``Utils.abs(groupId.hashCode) % offsets.topic.num.partitions``.
+    """Kafka's ``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``
+    (``GroupCoordinatorService.partitionFor``).
 
-    ``Utils.abs(Integer.MIN_VALUE)`` is 0 (it masks with 0x7fffffff), unlike ``Math.abs``.
+    ``Utils.abs`` is ``Math.abs`` except that ``Integer.MIN_VALUE`` (whose absolute value does
+    not fit an int) maps to 0: a negative hash -h gives h, not h masked with 0x7fffffff.
     """
     h = java_string_hash(group_id)
-    return (h & 0x7FFFFFFF if h != -(1 << 31) else 0) % num_partitions
+    return (0 if h == _INT32_MIN else abs(h)) % num_partitions
 
 
 # ---------------------------------------------------------------------------------------------
-# Encoding and decoding (spec §B.1, §B.2; Kafka's generated *Key/*Value message classes).
+# Encoding and decoding (Kafka's generated *Key/*Value message classes; the primitives are
+# protocol/wire.py).
 #
 # Every key and value is "version-prefixed": int16 version, then the struct.  Non-flexible
 # versions use Kafka's classic encoding (STRING int16 length + UTF-8, NULLABLE_STRING length -1
@@ -105,10 +117,6 @@ WRITE_GROUP_METADATA_VALUE_VERSION: Final = 3
 Key = OffsetCommitKey | GroupMetadataKey
 Value = OffsetCommitValue | GroupMetadataValue
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-
 
 class OffsetsSchemaError(ValueError):
     """Bytes that are not a valid key or value of the versions we know."""
@@ -124,149 +132,14 @@ class UnknownKey:
     raw: bytes
 
 
-class _Writer:
-    __slots__ = ("buf", "flexible")
-
-    def __init__(self, version: int, flexible: bool = False) -> None:
-        self.buf = bytearray(_I16.pack(version))
-        self.flexible = flexible
-
-    def uvarint(self, n: int) -> None:
-        while n > 0x7F:
-            self.buf.append((n & 0x7F) | 0x80)
-            n >>= 7
-        self.buf.append(n)
-
-    def int16(self, n: int) -> None:
-        self.buf += _I16.pack(n)
-
-    def int32(self, n: int) -> None:
-        self.buf += _I32.pack(n)
-
-    def int64(self, n: int) -> None:
-        self.buf += _I64.pack(n)
-
-    def string(self, s: str) -> None:
-        raw = s.encode("utf-8")
-        if self.flexible:
-            self.uvarint(len(raw) + 1)
-        else:
-            if len(raw) > 0x7FFF:
-                raise OffsetsSchemaError(f"string of {len(raw)} bytes is longer than 32767")
-            self.int16(len(raw))
-        self.buf += raw
-
-    def nullable_string(self, s: str | None) -> None:
-        if s is None:
-            if self.flexible:
-                self.uvarint(0)
-            else:
-                self.int16(-1)
-        else:
-            self.string(s)
-
-    def bytes_(self, b: bytes) -> None:
-        if self.flexible:
-            self.uvarint(len(b) + 1)
-        else:
-            self.int32(len(b))
-        self.buf += b
-
-    def array_length(self, n: int) -> None:
-        if self.flexible:
-            self.uvarint(n + 1)
-        else:
-            self.int32(n)
-
-    def tagged_fields(self) -> None:
-        if self.flexible:
-            self.uvarint(0)
-
-    def done(self) -> bytes:
-        return bytes(self.buf)
+def _writer(version: int, flexible: bool = False) -> Writer:
+    w = Writer(flexible=flexible, error=OffsetsSchemaError)
+    w.int16(version)
+    return w
 
 
-class _Reader:
-    __slots__ = ("buf", "flexible", "pos")
-
-    def __init__(self, buf: bytes, pos: int = 2, flexible: bool = False) -> None:
-        self.buf = buf
-        self.pos = pos
-        self.flexible = flexible
-
-    def _take(self, n: int) -> bytes:
-        end = self.pos + n
-        if n < 0 or end > len(self.buf):
-            raise OffsetsSchemaError(f"truncated: need {n} bytes at {self.pos}, have {len(self.buf) - self.pos}")
-        out = self.buf[self.pos : end]
-        self.pos = end
-        return out
-
-    def uvarint(self) -> int:
-        result = 0
-        shift = 0
-        while True:
-            if self.pos >= len(self.buf):
-                raise OffsetsSchemaError("truncated varint")
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if b < 0x80:
-                return result
-            shift += 7
-            if shift > 28:
-                raise OffsetsSchemaError("varint longer than 5 bytes")
-
-    def int16(self) -> int:
-        return int(_I16.unpack(self._take(2))[0])
-
-    def int32(self) -> int:
-        return int(_I32.unpack(self._take(4))[0])
-
-    def int64(self) -> int:
-        return int(_I64.unpack(self._take(8))[0])
-
-    def _str_len(self) -> int:
-        return self.uvarint() - 1 if self.flexible else self.int16()
-
-    def _decode(self, raw: bytes) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise OffsetsSchemaError(f"invalid UTF-8 in string: {e}") from None
-
-    def string(self) -> str:
-        n = self._str_len()
-        if n < 0:
-            raise OffsetsSchemaError("null in a non-nullable string")
-        return self._decode(self._take(n))
-
-    def nullable_string(self) -> str | None:
-        n = self._str_len()
-        if n < 0:
-            return None
-        return self._decode(self._take(n))
-
-    def bytes_(self) -> bytes:
-        n = self.uvarint() - 1 if self.flexible else self.int32()
-        if n < 0:
-            raise OffsetsSchemaError("null in a non-nullable bytes field")
-        return self._take(n)
-
-    def array_length(self) -> int:
-        n = self.uvarint() - 1 if self.flexible else self.int32()
-        if n < 0:
-            raise OffsetsSchemaError("null in a non-nullable array")
-        if n > len(self.buf) - self.pos:  # every element takes at least one byte
-            raise OffsetsSchemaError(f"array of {n} elements cannot fit in {len(self.buf) - self.pos} bytes")
-        return n
-
-    def skip_tagged_fields(self) -> None:
-        if not self.flexible:
-            return
-        for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self._take(self.uvarint())
+def _reader(data: bytes, flexible: bool) -> Reader:
+    return Reader(data, 2, flexible=flexible, error=OffsetsSchemaError)
 
 
 def record_version(data: bytes) -> int:
@@ -282,7 +155,7 @@ def record_version(data: bytes) -> int:
 def encode_offset_commit_key(key: OffsetCommitKey, version: int = WRITE_OFFSET_COMMIT_KEY_VERSION) -> bytes:
     if version not in OFFSET_COMMIT_KEY_VERSIONS:
         raise OffsetsSchemaError(f"OffsetCommitKey has no version {version}")
-    w = _Writer(version)
+    w = _writer(version)
     w.string(key.group)
     w.string(key.topic)
     w.int32(key.partition)
@@ -292,7 +165,7 @@ def encode_offset_commit_key(key: OffsetCommitKey, version: int = WRITE_OFFSET_C
 def encode_group_metadata_key(key: GroupMetadataKey, version: int = GROUP_METADATA_KEY_VERSION) -> bytes:
     if version != GROUP_METADATA_KEY_VERSION:
         raise OffsetsSchemaError(f"GroupMetadataKey has no version {version}")
-    w = _Writer(version)
+    w = _writer(version)
     w.string(key.group)
     return w.done()
 
@@ -347,15 +220,16 @@ def offset_commit_value_version(value: OffsetCommitValue) -> int:
 
 
 def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = None) -> bytes:
-    """Fields per version (spec §B.2): v0 offset, metadata, commitTimestamp; v1 + expireTimestamp;
-    v2 as v0; v3 offset, leaderEpoch, metadata, commitTimestamp; v4 as v3, flexible.
+    """Fields per version (docs/offsets-log-format.md, "Values (version-prefixed)"): v0 offset,
+    metadata, commitTimestamp; v1 + expireTimestamp; v2 as v0; v3 offset, leaderEpoch, metadata,
+    commitTimestamp; v4 as v3, flexible.
 
     Fields a version lacks are not written (leaderEpoch before v3, expireTimestamp outside v1).
     """
     v = offset_commit_value_version(value) if version is None else version
     if v not in OFFSET_COMMIT_VALUE_VERSIONS:
         raise OffsetsSchemaError(f"OffsetCommitValue has no version {v}")
-    w = _Writer(v, flexible=v >= FLEXIBLE_VALUE_VERSION)
+    w = _writer(v, flexible=v >= FLEXIBLE_VALUE_VERSION)
     w.int64(value.offset)
     if v >= 3:
         w.int32(value.leader_epoch)
@@ -382,7 +256,7 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
         return OffsetCommitValue(offset3, metadata3, _I64.unpack_from(data, pos)[0], epoch3)
     if v not in OFFSET_COMMIT_VALUE_VERSIONS:
         raise OffsetsSchemaError(f"unknown OffsetCommitValue version {v}")
-    r = _Reader(data, flexible=v >= FLEXIBLE_VALUE_VERSION)
+    r = _reader(data, flexible=v >= FLEXIBLE_VALUE_VERSION)
     offset = r.int64()
     leader_epoch = r.int32() if v >= 3 else -1
     metadata = r.string()
@@ -400,12 +274,13 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
 
 
 def encode_group_metadata_value(value: GroupMetadataValue, version: int = WRITE_GROUP_METADATA_VALUE_VERSION) -> bytes:
-    """Fields per version (spec §B.2): currentStateTimestamp from v2, member groupInstanceId from
-    v3, member rebalanceTimeout from v1; v4 is v3 flexible.  Kafka's writers use v3."""
+    """Fields per version (docs/offsets-log-format.md, "Values (version-prefixed)"):
+    currentStateTimestamp from v2, member groupInstanceId from v3, member rebalanceTimeout from
+    v1; v4 is v3 flexible.  Kafka's writers use v3."""
     v = version
     if v not in GROUP_METADATA_VALUE_VERSIONS:
         raise OffsetsSchemaError(f"GroupMetadataValue has no version {v}")
-    w = _Writer(v, flexible=v >= FLEXIBLE_VALUE_VERSION)
+    w = _writer(v, flexible=v >= FLEXIBLE_VALUE_VERSION)
     w.string(value.protocol_type)
     w.int32(value.generation)
     w.nullable_string(value.protocol)
@@ -436,7 +311,7 @@ def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
     v = record_version(data)
     if v not in GROUP_METADATA_VALUE_VERSIONS:
         raise OffsetsSchemaError(f"unknown GroupMetadataValue version {v}")
-    r = _Reader(data, flexible=v >= FLEXIBLE_VALUE_VERSION)
+    r = _reader(data, flexible=v >= FLEXIBLE_VALUE_VERSION)
     protocol_type = r.string()
     generation = r.int32()
     protocol = r.nullable_string()

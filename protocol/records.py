@@ -1,7 +1,8 @@
-"""Kafka record batches, magic v2 (the on-disk and on-wire format since Kafka 0.11).
+"""Kafka record batches, magic v2 (the on-disk and on-wire format since Kafka 0.11): the one codec.
 
-Pure functions over bytes (or a file path): no asyncio, no state.  Used by the offsets log
-(``coordinator/storage``), by ``rallypoint dump-log`` and by the Spark pipeline.
+Pure functions over bytes (or a file path): no asyncio, no state.  Used by the data plane
+(Produce validation, Fetch, ListOffsets), the offsets log (``coordinator/storage``),
+``rallypoint dump-log`` and the Spark pipeline.
 
 Batch layout (big-endian; byte offsets from the start of the batch; Kafka's
 ``DefaultRecordBatch``)::
@@ -23,7 +24,7 @@ Batch layout (big-endian; byte offsets from the start of the batch; Kafka's
    57  recordCount           int32
    61  records               (compressed as a whole when the compression bits are set)
 
-Record layout (varints are zig-zag encoded signed varints, Kafka's ``ByteUtils.writeVarint``)::
+Record layout (zig-zag varints, see ``protocol/wire.py``; Kafka's ``DefaultRecord``)::
 
     length          varint   bytes of the record after this field
     attributes      int8     unused, 0
@@ -36,10 +37,14 @@ Record layout (varints are zig-zag encoded signed varints, Kafka's ``ByteUtils.w
     headerCount     varint
     headers         (keyLength varint, key UTF-8, valueLength varint (-1 null), value) * headerCount
 
-What is supported: writing uncompressed batches (all rallypoint writes); reading uncompressed and
-gzip-compressed batches (gzip is in the standard library).  snappy, lz4 and zstd batches are
-recognised and refused with :class:`UnsupportedBatchError` (their payload cannot be decoded
-without third-party codecs); magic v0/v1 message sets are refused the same way.
+``baseOffset`` and ``partitionLeaderEpoch`` lie before the CRC'd bytes: a broker assigns offsets
+by patching them (:func:`with_base_offset`) and never rewrites the rest of a produced batch.
+
+Every reader is bounded by the bytes that are there: a length, count or header that claims
+more than remains is an error before anything is allocated, and a compressed payload is
+decompressed only up to a caller-given number of bytes (:func:`records_payload`,
+``protocol/compression.py``), so a "decompression bomb" costs at most that much memory.
+Writing is uncompressed only (all rallypoint writes); reading handles every Kafka codec.
 """
 
 from __future__ import annotations
@@ -47,21 +52,34 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Final, NamedTuple
 
 from crc32c import crc32c
+
+from . import compression
+from .wire import I16 as _I16
+from .wire import I32 as _I32
+from .wire import read_varint, write_varint
 
 MAGIC: Final = 2
 HEADER_SIZE: Final = 61  # bytes before the first record
 LOG_OVERHEAD: Final = 12  # baseOffset + batchLength: bytes not counted in batchLength
 CRC_START: Final = 21  # the CRC covers attributes .. end
 MIN_BATCH_LENGTH: Final = HEADER_SIZE - LOG_OVERHEAD  # 49
+# The smallest batchLength any message format allows (LegacyRecord.RECORD_OVERHEAD_V0): a
+# batch claiming less cannot be read at all (``ByteBufferLogInputStream.nextBatchSize``).
+MIN_ANY_BATCH_LENGTH: Final = 14
+# The smallest record: a one-byte length, attributes, and one-byte timestamp delta, offset
+# delta, key length, value length and header count.
+MIN_RECORD_SIZE: Final = 7
 
 COMPRESSION_NONE: Final = 0
-COMPRESSION_GZIP: Final = 1
-COMPRESSION_NAMES: Final = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+COMPRESSION_GZIP: Final = compression.GZIP
+COMPRESSION_SNAPPY: Final = compression.SNAPPY
+COMPRESSION_LZ4: Final = compression.LZ4
+COMPRESSION_ZSTD: Final = compression.ZSTD
+COMPRESSION_NAMES: Final = compression.NAMES
 
 ATTR_COMPRESSION_MASK: Final = 0x07
 ATTR_LOG_APPEND_TIME: Final = 0x08
@@ -72,6 +90,12 @@ ATTR_DELETE_HORIZON: Final = 0x40
 NO_PRODUCER_ID: Final = -1
 NO_PRODUCER_EPOCH: Final = -1
 NO_SEQUENCE: Final = -1
+INT32_MAX: Final = 2**31 - 1
+
+# The most bytes a compressed batch may decompress to when the caller sets no bound (tools and
+# the offsets log, which read what rallypoint wrote); the broker bounds client batches by
+# ``rallypoint.max.uncompressed.batch.bytes``.
+DEFAULT_MAX_UNCOMPRESSED: Final = 64 * 1024 * 1024
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc
 _PREFIX = struct.Struct(">qiibI")
@@ -80,7 +104,7 @@ _AFTER_CRC = struct.Struct(">hiqqqhii")
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == HEADER_SIZE
 _LEN = struct.Struct(">qi")
-_I16 = struct.Struct(">h")
+_PATCH = struct.Struct(">qii")
 
 
 class RecordsError(ValueError):
@@ -99,8 +123,16 @@ class CorruptBatchError(RecordsError):
     """The batch is complete but wrong: CRC mismatch, impossible lengths, bad record framing."""
 
 
+class UndecompressableError(CorruptBatchError):
+    """A compressed payload the codec refuses (not a stream of that codec, or damaged)."""
+
+
 class UnsupportedBatchError(RecordsError):
-    """A valid batch this module cannot decode (magic < 2, or snappy/lz4/zstd compression)."""
+    """A batch this module cannot decode: magic < 2, or a compression id Kafka does not define."""
+
+
+class PayloadTooLargeError(RecordsError):
+    """A compressed batch that decompresses to more bytes than the reader allows."""
 
 
 class Record(NamedTuple):
@@ -169,15 +201,18 @@ class BatchHeader(NamedTuple):
         return bool(self.attributes & ATTR_CONTROL)
 
     @property
+    def has_producer_id(self) -> bool:
+        return self.producer_id > NO_PRODUCER_ID
+
+    @property
     def delete_horizon_ms(self) -> int | None:
         """KIP-534: when the delete-horizon bit is set, baseTimestamp holds it."""
         return self.base_timestamp if self.attributes & ATTR_DELETE_HORIZON else None
 
     @property
     def last_sequence(self) -> int:
-        if self.base_sequence == NO_SEQUENCE:
-            return NO_SEQUENCE
-        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+        """``DefaultRecordBatch.lastSequence``: base sequence + delta, wrapping at INT32_MAX."""
+        return increment_sequence(self.base_sequence, self.last_offset_delta)
 
 
 class RecordBatch(NamedTuple):
@@ -185,49 +220,20 @@ class RecordBatch(NamedTuple):
     records: tuple[Record, ...]
 
 
-# ---------------------------------------------------------------------------------------------
-# varints
+def increment_sequence(sequence: int, increment: int) -> int:
+    """``DefaultRecordBatch.incrementSequence``: sequences wrap from INT32_MAX to 0."""
+    if sequence == NO_SEQUENCE:
+        return NO_SEQUENCE
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
+    return sequence + increment
 
 
-def zigzag(n: int) -> int:
-    """Signed → unsigned (Kafka's ``(n << 1) ^ (n >> 63)`` for 64-bit values)."""
-    return (n << 1) ^ (n >> 63)
-
-
-def unzigzag(n: int) -> int:
-    return (n >> 1) ^ -(n & 1)
-
-
-def write_varint(n: int, out: bytearray) -> None:
-    """Append a zig-zag signed varint (Kafka's varint / varlong)."""
-    v = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
-    while v > 0x7F:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-
-
-def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Read a zig-zag signed varint at ``pos``; returns (value, new position).
-
-    Raises IndexError when the buffer ends inside the varint, ValueError when it is longer
-    than 10 bytes (a varlong's maximum).
-    """
-    b = buf[pos]
-    pos += 1
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos
-    result = b & 0x7F
-    shift = 7
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    """``DefaultRecordBatch.decrementSequence``."""
+    if sequence < decrement:
+        return INT32_MAX - (decrement - sequence) + 1
+    return sequence - decrement
 
 
 # ---------------------------------------------------------------------------------------------
@@ -292,24 +298,54 @@ def encode_batch(
         if rec.timestamp > max_ts:
             max_ts = rec.timestamp
         _encode_record(body, rec, base, base_ts)
-    last_delta = records[-1].offset - base
     attributes = (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
+    header = BatchHeader(
+        0,
+        base,
+        0,
+        partition_leader_epoch,
+        MAGIC,
+        0,
+        attributes,
+        records[-1].offset - base,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    )
+    return assemble_batch(header, body)
+
+
+def assemble_batch(header: BatchHeader, payload: bytes | bytearray, *, crc: int | None = None) -> bytes:
+    """A batch of ``header``'s fields (its position, batchLength and crc ignored) followed by
+    ``payload``, the records as they are to be stored (compressed or not): batchLength is
+    computed, and the CRC too unless ``crc`` is given (tests craft bad batches with it)."""
     after_crc = (
         _AFTER_CRC.pack(
-            attributes,
-            last_delta,
-            base_ts,
-            max_ts,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            len(records),
+            header.attributes,
+            header.last_offset_delta,
+            header.base_timestamp,
+            header.max_timestamp,
+            header.producer_id,
+            header.producer_epoch,
+            header.base_sequence,
+            header.record_count,
         )
-        + body
+        + payload
     )
-    crc = crc32c(after_crc)
     batch_length = len(after_crc) + (CRC_START - LOG_OVERHEAD)
-    return _PREFIX.pack(base, batch_length, partition_leader_epoch, MAGIC, crc) + after_crc
+    return (
+        _PREFIX.pack(
+            header.base_offset,
+            batch_length,
+            header.partition_leader_epoch,
+            header.magic,
+            crc32c(after_crc) if crc is None else crc,
+        )
+        + after_crc
+    )
 
 
 def build_batch(
@@ -325,8 +361,25 @@ def build_batch(
     return encode_batch(recs, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch)
 
 
+def with_base_offset(data: bytes, pos: int, size: int, base_offset: int, leader_epoch: int) -> bytes:
+    """The batch at ``data[pos:pos+size]`` with ``baseOffset`` and ``partitionLeaderEpoch`` set:
+    both lie before the CRC'd bytes, so the CRC stays valid."""
+    (length,) = _I32.unpack_from(data, pos + 8)
+    return _PATCH.pack(base_offset, length, leader_epoch) + data[pos + LOG_OVERHEAD + 4 : pos + size]
+
+
+def with_max_timestamp(batch: bytes, max_timestamp: int) -> bytes:
+    """The batch with ``maxTimestamp`` set and its CRC recomputed (Kafka's ``setMaxTimestamp``)."""
+    return assemble_batch(parse_header(batch)._replace(max_timestamp=max_timestamp), batch[HEADER_SIZE:])
+
+
 # ---------------------------------------------------------------------------------------------
-# decoding
+# batch headers
+
+
+def parse_header(buf: bytes | memoryview | mmap.mmap, pos: int = 0) -> BatchHeader:
+    """The header fields at ``pos``, unchecked (the caller knows a whole header is there)."""
+    return BatchHeader(pos, *_HEADER.unpack_from(buf, pos))
 
 
 def read_header(buf: bytes | memoryview | mmap.mmap, pos: int = 0, *, verify_crc: bool = True) -> BatchHeader:
@@ -341,7 +394,7 @@ def read_header(buf: bytes | memoryview | mmap.mmap, pos: int = 0, *, verify_crc
         raise TornBatchError(f"{avail} bytes at {pos}: shorter than a batch's length prefix", pos)
     base_offset, batch_length = _LEN.unpack_from(buf, pos)
     if batch_length < MIN_BATCH_LENGTH:
-        if avail >= 17 and buf[pos + 16] in (0, 1) and batch_length >= 14:
+        if avail >= 17 and buf[pos + 16] in (0, 1) and batch_length >= MIN_ANY_BATCH_LENGTH:
             raise UnsupportedBatchError(f"magic v{buf[pos + 16]} message set at {pos} (only v2 batches)", pos)
         raise CorruptBatchError(f"batch length {batch_length} at {pos} is smaller than a v2 header", pos)
     size = batch_length + LOG_OVERHEAD
@@ -353,21 +406,21 @@ def read_header(buf: bytes | memoryview | mmap.mmap, pos: int = 0, *, verify_crc
         if magic in (0, 1):
             raise UnsupportedBatchError(f"magic v{magic} message set at {pos} (only v2 batches)", pos)
         raise CorruptBatchError(f"unknown magic {magic} at {pos}", pos)
-    if verify_crc:
-        view = memoryview(buf)[pos + CRC_START : pos + size]
-        try:
-            actual = crc32c(view)
-        finally:
-            view.release()
-        if actual != fields[4]:
-            raise CorruptBatchError(
-                f"CRC mismatch in batch at {pos} (base offset {base_offset}): stored {fields[4]}, computed {actual}",
-                pos,
-            )
+    if verify_crc and not crc_matches(buf, pos, size, fields[4]):
+        raise CorruptBatchError(f"CRC mismatch in batch at {pos} (base offset {base_offset}): stored {fields[4]}", pos)
     header = BatchHeader(pos, *fields)
     if header.record_count < 0 or header.last_offset_delta < 0:
         raise CorruptBatchError(f"negative record count or offset delta in batch at {pos}", pos)
     return header
+
+
+def crc_matches(buf: bytes | memoryview | mmap.mmap, pos: int, size: int, stored: int) -> bool:
+    """Whether the CRC-32C of the batch's bytes from ``attributes`` on equals ``stored``."""
+    view = memoryview(buf)[pos + CRC_START : pos + size]
+    try:
+        return bool(crc32c(view) == stored)
+    finally:
+        view.release()
 
 
 def scan_batches(
@@ -385,33 +438,82 @@ def scan_batches(
         pos += h.size
 
 
-def _records_payload(buf: bytes | memoryview | mmap.mmap, h: BatchHeader) -> bytes:
+def split_batches(data: bytes) -> list[tuple[int, int]]:
+    """(position, size) of each complete batch of a produced record set, as Kafka's
+    ``ByteBufferLogInputStream`` finds them: a trailing partial batch is ignored (Kafka trims
+    it); a batch length below :data:`MIN_ANY_BATCH_LENGTH` raises :class:`CorruptBatchError`
+    (``nextBatchSize`` throws ``CorruptRecordException``)."""
+    out: list[tuple[int, int]] = []
+    pos = 0
+    n = len(data)
+    while n - pos >= LOG_OVERHEAD:
+        (length,) = _I32.unpack_from(data, pos + 8)
+        if length < MIN_ANY_BATCH_LENGTH:
+            raise CorruptBatchError(f"Record size {length} is less than the minimum record overhead", pos)
+        size = LOG_OVERHEAD + length
+        if n - pos < size:
+            break
+        out.append((pos, size))
+        pos += size
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# payloads (bounded decompression)
+
+
+def records_payload(
+    buf: bytes | memoryview | mmap.mmap, h: BatchHeader, max_bytes: int = DEFAULT_MAX_UNCOMPRESSED
+) -> bytes:
+    """The record bytes of batch ``h``, decompressed (``protocol/compression.py``); at most
+    ``max_bytes`` of them.
+
+    Raises :class:`PayloadTooLargeError` when the batch decompresses to more (nothing larger than
+    ``max_bytes`` is ever allocated), :class:`UndecompressableError` when the codec refuses the
+    payload, :class:`CorruptBatchError` when the stream ends early,
+    :class:`UnsupportedBatchError` for a compression id Kafka does not define.
+    """
     raw = bytes(buf[h.position + HEADER_SIZE : h.end])
     comp = h.compression
     if comp == COMPRESSION_NONE:
         return raw
-    if comp == COMPRESSION_GZIP:
-        try:
-            return zlib.decompress(raw, wbits=31)
-        except zlib.error as e:
-            raise CorruptBatchError(f"bad gzip payload in batch at {h.position}: {e}", h.position) from None
-    raise UnsupportedBatchError(
-        f"batch at {h.position} is {h.compression_name}-compressed; only none and gzip can be read",
-        h.position,
-    )
+    if comp not in COMPRESSION_NAMES:
+        raise UnsupportedBatchError(f"batch at {h.position} has unknown compression id {comp}", h.position)
+    where = f"the {h.compression_name} payload of batch at {h.position}"
+    try:
+        return compression.decompress(comp, raw, max_bytes)
+    except compression.TooLarge:
+        raise PayloadTooLargeError(f"{where} decompresses to more than {max_bytes} bytes", h.position) from None
+    except compression.Truncated as e:
+        raise CorruptBatchError(f"{where} ends early: {e}", h.position) from None
+    except compression.Undecompressable as e:
+        raise UndecompressableError(f"{where} does not decompress: {e}", h.position) from None
 
 
-def decode_records(buf: bytes | memoryview | mmap.mmap, h: BatchHeader) -> tuple[Record, ...]:
-    """The records of the batch ``h`` (a header read from the same ``buf``)."""
-    data = _records_payload(buf, h)
+# ---------------------------------------------------------------------------------------------
+# records
+
+
+def decode_records(
+    buf: bytes | memoryview | mmap.mmap, h: BatchHeader, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
+) -> tuple[Record, ...]:
+    """The records of the batch ``h`` (a header read from the same ``buf``), keys and values
+    copied.  The framing rules are those of :func:`iter_record_times`; this loop also slices
+    keys, values and headers, and is kept separate because start-up replay runs it for every
+    record of the offsets log."""
+    data = records_payload(buf, h, max_uncompressed)
     base_offset = h.base_offset
     base_ts = h.base_timestamp
     # LogAppendTime batches: every record's timestamp is the batch's maxTimestamp (Kafka's
     # DefaultRecordBatch iterator ignores the stored deltas then).
     log_append_ts = h.max_timestamp if h.attributes & ATTR_LOG_APPEND_TIME else None
+    n = len(data)
+    if h.record_count > n // MIN_RECORD_SIZE:
+        raise CorruptBatchError(
+            f"{h.record_count} records cannot fit in the {n} bytes of batch at {h.position}", h.position
+        )
     out: list[Record] = []
     pos = 0
-    n = len(data)
     try:
         for _ in range(h.record_count):
             # varints are inlined for the one-byte case (most lengths and deltas here)
@@ -422,7 +524,7 @@ def decode_records(buf: bytes | memoryview | mmap.mmap, h: BatchHeader) -> tuple
             else:
                 length, pos = read_varint(data, pos)
             end = pos + length
-            if length < 6 or end > n:
+            if length < MIN_RECORD_SIZE - 1 or end > n:
                 raise CorruptBatchError(f"bad record length {length} in batch at {h.position}", h.position)
             pos += 1  # attributes
             b = data[pos]
@@ -466,6 +568,8 @@ def decode_records(buf: bytes | memoryview | mmap.mmap, h: BatchHeader) -> tuple
                 pos += 1
             else:
                 nheaders, pos = read_varint(data, pos)
+                if nheaders < 0 or nheaders > end - pos:
+                    raise CorruptBatchError(f"bad header count {nheaders} in batch at {h.position}", h.position)
                 hs: list[tuple[str, bytes | None]] = []
                 for _h in range(nheaders):
                     hklen, pos = read_varint(data, pos)
@@ -491,6 +595,102 @@ def decode_records(buf: bytes | memoryview | mmap.mmap, h: BatchHeader) -> tuple
     if pos != n:
         raise CorruptBatchError(f"{n - pos} stray bytes after the records of batch at {h.position}", h.position)
     return tuple(out)
+
+
+def iter_record_times(
+    buf: bytes | memoryview | mmap.mmap, h: BatchHeader, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
+) -> Iterator[tuple[int, int]]:
+    """(offset, timestamp) of each record of batch ``h``, walking every field of every record
+    as Kafka's ``DefaultRecord.readFrom`` does, without copying keys or values.
+
+    Raises :class:`CorruptBatchError` (after the good records before it) when a record's length
+    is negative or runs past the records, a varint is longer than its type allows, a header
+    count is negative or larger than the bytes left, a header key is null, a record's fields do
+    not end where its length says, fewer records than the header's count are there, or bytes
+    remain after them; errors of :func:`records_payload` for the payload itself.  The work is
+    bounded by the bytes of the (decompressed) records, whatever the count claims.
+    """
+    data = records_payload(buf, h, max_uncompressed)
+    n = len(data)
+    count = h.record_count
+    where = h.position
+    if count < 0 or count > n // MIN_RECORD_SIZE:
+        raise CorruptBatchError(f"{count} records cannot fit in the {n} bytes of batch at {where}", where)
+    base_offset = h.base_offset
+    base_ts = h.base_timestamp
+    log_append_ts = h.max_timestamp if h.attributes & ATTR_LOG_APPEND_TIME else None
+    pos = 0
+    done = 0
+    try:
+        while done < count:
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = read_varint(data, pos)
+            end = pos + length
+            if length < MIN_RECORD_SIZE - 1 or end > n:
+                raise CorruptBatchError(f"bad record length {length} in batch at {where}", where)
+            p = pos + 1  # attributes
+            b = data[p]
+            if b < 0x80:
+                ts_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                ts_delta, p = read_varint(data, p)
+            b = data[p]
+            if b < 0x80:
+                off_delta = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                off_delta, p = _read_varint32(data, p, where)
+            for _field in (0, 1):  # key, value: length (-1 = null) and bytes, skipped
+                b = data[p]
+                if b < 0x80:
+                    p += 1 if b & 1 else 1 + (b >> 1)
+                else:
+                    flen, p = _read_varint32(data, p, where)
+                    if flen > 0:
+                        p += flen
+            if data[p] == 0:
+                p += 1
+            else:
+                nheaders, p = _read_varint32(data, p, where)
+                if nheaders < 0 or nheaders > end - p:
+                    raise CorruptBatchError(f"bad header count {nheaders} in batch at {where}", where)
+                for _h in range(nheaders):
+                    hklen, p = _read_varint32(data, p, where)
+                    if hklen < 0:
+                        raise CorruptBatchError(f"null header key in batch at {where}", where)
+                    p += hklen
+                    hvlen, p = _read_varint32(data, p, where)
+                    if hvlen > 0:
+                        p += hvlen
+                    if p > end:
+                        break  # the framing check below refuses it
+            if p != end:
+                raise CorruptBatchError(f"record framing mismatch in batch at {where}", where)
+            pos = end
+            done += 1
+            yield base_offset + off_delta, (log_append_ts if log_append_ts is not None else base_ts + ts_delta)
+    except IndexError:
+        raise CorruptBatchError(
+            f"batch at {where} holds {done} whole records, its header says {count}", where
+        ) from None
+    except ValueError as e:
+        if isinstance(e, RecordsError):
+            raise
+        raise CorruptBatchError(f"malformed record in batch at {where}: {e}", where) from None
+    if pos != n:
+        raise CorruptBatchError(f"{n - pos} bytes remain after the {count} records of batch at {where}", where)
+
+
+def _read_varint32(data: bytes, pos: int, where: int) -> tuple[int, int]:
+    value, end = read_varint(data, pos)
+    if end - pos > 5:
+        raise CorruptBatchError(f"varint longer than 5 bytes in batch at {where}", where)
+    return value, end
 
 
 def iter_batches(

@@ -21,6 +21,7 @@ from rallypoint.protocol import codec
 from rallypoint.protocol.errors import ErrorCode as E
 
 from tests.support import BrokerProcess, WireClient
+from tests.support.crafted_batches import hostile_batches
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_TOPICS, INIT_PID, OFFSET_FOR_EPOCH, CREATE_PARTITIONS = 19, 20, 22, 23, 37
@@ -214,6 +215,34 @@ def test_produce_errors(wire: WireClient) -> None:
     assert produce(wire, t, batch(1), acks=2)["error_code"] == E.INVALID_REQUIRED_ACKS
     # nothing was appended by any of those
     assert list_offset(wire, t, -1)["offset"] == 0
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_hostile_batches_are_refused_and_never_stored(shared: BrokerProcess, wire: WireClient) -> None:
+    """Each batch (valid CRC, lying records, decompression bombs) gets Kafka's error, nothing is
+    stored, ListOffsets by timestamp keeps answering at once, memory stays bounded, and the
+    connection and the broker keep serving."""
+    t = unique("hostile")
+    create(wire, t)
+    assert shared.proc is not None
+    rss_before = _rss_bytes(shared.proc.pid)
+    for name, (data, code) in hostile_batches().items():
+        started = time.monotonic()
+        assert produce(wire, t, data)["error_code"] == code, name
+        found = list_offset(wire, t, 0)
+        assert (found["error_code"], found["offset"]) == (0, -1), name
+        assert time.monotonic() - started < 5, name
+    assert list_offset(wire, t, -1)["offset"] == 0  # nothing was appended
+    assert _rss_bytes(shared.proc.pid) < rss_before + (100 << 20)
+    assert produce(wire, t, batch(2, ts=5000))["error_code"] == 0
+    found = list_offset(wire, t, 5001)
+    assert (found["offset"], found["timestamp"]) == (1, 5001)
 
 
 def test_transactions_are_refused(wire: WireClient) -> None:

@@ -162,9 +162,9 @@ def test_broker_refuses_a_corrupt_offsets_log_with_a_clear_error(
 
 
 def test_the_documented_reader_snippet_works(data: Path) -> None:
-    """docs/offsets-log-format.md §9: the standalone reader example runs and finds the commits."""
+    """docs/offsets-log-format.md, "Reading the files yourself": the example runs and finds the commits."""
     doc = (ROOT / "docs" / "offsets-log-format.md").read_text()
-    section = doc[doc.index("## 9. Reading the files yourself") :]
+    section = doc[doc.index("## Reading the files yourself") :]
     code = section[section.index("```python") + len("```python") : section.index("```", section.index("```python") + 9)]
     scope: dict[str, object] = {"data_dir": str(data)}
     exec(code, scope)

@@ -1,6 +1,7 @@
 """Property: the state rebuilt from a compacted log equals the state from the uncompacted log
-(spec §B.3), for random sequences of commits, group metadata, tombstones, transactional commits
-with COMMIT/ABORT markers, segment rolls, time passing and cleaning passes.
+(docs/offsets-log-format.md, "Tombstones and compaction"), for random sequences of commits,
+group metadata, tombstones, transactional commits with COMMIT/ABORT markers, segment rolls, time
+passing and cleaning passes.
 
 Two copies of one partition directory receive the same batches; only one is cleaned (any
 number of times, at any point).  Both are replayed with the recovery code at the end."""

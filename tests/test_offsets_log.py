@@ -29,6 +29,7 @@ from rallypoint.protocol.offsets_schema import (
     OffsetCommitValue,
     decode_key,
     decode_value,
+    partition_for,
 )
 from rallypoint.protocol.records import iter_file_batches
 from rallypoint.storage import CorruptLogError, OffsetsLog
@@ -38,6 +39,7 @@ from rallypoint.storage.recovery import PartitionCountError, replay_partition
 from rallypoint.storage.segments import list_segments, partition_dir
 
 from tests.support import ROOT
+from tests.support.offsets_synth import old_partition_for, write_old_layout
 
 DAY_MS = 86_400_000
 
@@ -78,15 +80,16 @@ def group_value(gen: int, members: int = 1) -> GroupMetadataValue:
 
 
 async def test_append_then_restart_loads_every_partition(tmp_path: Path) -> None:
+    # each group in its own partition (partition_for over 3 partitions): c → 0, a → 1, b → 2
     log = make_log(tmp_path)
     await log.start()
-    await log.append(0, [commit("g", "t", 0, 5), commit("g", "t", 1, 7)])
-    await log.append(0, [commit("g", "t", 0, 6)])
-    await log.append(0, [(GroupMetadataKey("g"), group_value(3, members=2))])
-    await log.append(1, [commit("h", "t", 0, 1)])
-    await log.append(1, [(OffsetCommitKey("h", "t", 0), None)])  # offset tombstone
-    await log.append(2, [(GroupMetadataKey("dead"), group_value(1))])
-    await log.append(2, [(GroupMetadataKey("dead"), None)])  # group tombstone
+    await log.append(0, [commit("c", "t", 0, 5), commit("c", "t", 1, 7)])
+    await log.append(0, [commit("c", "t", 0, 6)])
+    await log.append(0, [(GroupMetadataKey("c"), group_value(3, members=2))])
+    await log.append(1, [commit("a", "t", 0, 1)])
+    await log.append(1, [(OffsetCommitKey("a", "t", 0), None)])  # offset tombstone
+    await log.append(2, [(GroupMetadataKey("b"), group_value(1))])
+    await log.append(2, [(GroupMetadataKey("b"), None)])  # group tombstone
     await log.append(2, [])  # nothing to write: no batch
     assert [log.next_offset(p) for p in range(3)] == [4, 2, 2]
     await log.stop()
@@ -97,14 +100,14 @@ async def test_append_then_restart_loads_every_partition(tmp_path: Path) -> None
     try:
         assert loaded.calls == [0, 1, 2]  # once per partition, empty ones included
         assert loaded.offsets[0] == {
-            OffsetCommitKey("g", "t", 0): OffsetCommitValue(6, "m6", 1000),
-            OffsetCommitKey("g", "t", 1): OffsetCommitValue(7, "m7", 1000),
+            OffsetCommitKey("c", "t", 0): OffsetCommitValue(6, "m6", 1000),
+            OffsetCommitKey("c", "t", 1): OffsetCommitValue(7, "m7", 1000),
         }
-        assert loaded.groups[0] == {"g": group_value(3, members=2)}
+        assert loaded.groups[0] == {"c": group_value(3, members=2)}
         assert loaded.offsets[1] == {} and loaded.groups[1] == {}
         assert loaded.groups[2] == {} and loaded.offsets[2] == {}
         # appends continue after the last offset
-        await log2.append(0, [commit("g", "t", 0, 8)])
+        await log2.append(0, [commit("c", "t", 0, 8)])
         assert log2.next_offset(0) == 5
     finally:
         await log2.stop()
@@ -659,8 +662,70 @@ async def test_a_second_log_on_the_same_data_dir_is_refused(tmp_path: Path) -> N
         await second.start()
     await first.stop()
     await second.start()  # released on stop
-    await second.append(0, [commit("g", "t", 0, 1)])
+    await second.append(0, [commit("c", "t", 0, 1)])
     await second.stop()
     await second.start()  # the same object restarts cleanly
     assert second.next_offset(0) == 1
     await second.stop()
+
+
+# --- groups written before partition_for followed Kafka's Utils.abs ----------------------------
+
+
+async def test_groups_of_an_old_layout_are_moved_where_they_belong(tmp_path: Path) -> None:
+    n = 50
+    moved, staying = "grp-rhcbom", "hello"  # hashes -680362085 (home 35, old 13) and 99162322 (22)
+    old = old_partition_for(moved, n)
+    assert (old, partition_for(moved, n)) == (13, 35)
+    assert old_partition_for(staying, n) == partition_for(staying, n) == 22
+    write_old_layout(
+        tmp_path,
+        n,
+        {
+            old: [
+                commit(moved, "t", 0, 41),
+                commit(moved, "t", 1, 42),
+                (GroupMetadataKey(moved), group_value(4, members=2)),
+            ],
+            22: [commit(staying, "t", 0, 7)],
+        },
+    )
+    loaded = Loaded()
+    log = make_log(tmp_path, loaded, num_partitions=n)
+    await log.start()
+    await log.stop()
+    want_offsets = {
+        OffsetCommitKey(moved, "t", 0): OffsetCommitValue(41, "m41", 1000),
+        OffsetCommitKey(moved, "t", 1): OffsetCommitValue(42, "m42", 1000),
+    }
+    assert loaded.offsets[35] == want_offsets and loaded.groups[35] == {moved: group_value(4, members=2)}
+    assert loaded.offsets[old] == {} and loaded.groups[old] == {}
+    assert loaded.offsets[22] == {OffsetCommitKey(staying, "t", 0): OffsetCommitValue(7, "m7", 1000)}
+    # on disk: the records were appended to 35, tombstones to 13
+    home = replay_partition(partition_dir(tmp_path, 35), 35, repair=False).state
+    assert home.offsets == want_offsets and home.groups == {moved: group_value(4, members=2)}
+    was = replay_partition(partition_dir(tmp_path, old), old, repair=False).state
+    assert was.offsets == {} and was.groups == {} and was.records == 6  # 3 records + 3 tombstones
+    # a second start finds nothing to move and loads the same
+    sizes = [p.stat().st_size for p in sorted(tmp_path.glob("__consumer_offsets-*/*.log"))]
+    again = Loaded()
+    log = make_log(tmp_path, again, num_partitions=n)
+    await log.start()
+    await log.stop()
+    assert again.offsets == loaded.offsets and again.groups == loaded.groups
+    assert [p.stat().st_size for p in sorted(tmp_path.glob("__consumer_offsets-*/*.log"))] == sizes
+
+
+async def test_a_move_cut_short_before_its_tombstones_completes_without_duplicates(tmp_path: Path) -> None:
+    """A crash after the copies were written but before the tombstones: the home partition's copy
+    wins, the old records get their tombstones, nothing is copied twice."""
+    n = 50
+    moved = "grp-rhcbom"
+    write_old_layout(tmp_path, n, {13: [commit(moved, "t", 0, 41)], 35: [commit(moved, "t", 0, 43)]})
+    loaded = Loaded()
+    log = make_log(tmp_path, loaded, num_partitions=n)
+    await log.start()
+    await log.stop()
+    assert loaded.offsets[35] == {OffsetCommitKey(moved, "t", 0): OffsetCommitValue(43, "m43", 1000)}
+    assert loaded.offsets[13] == {}
+    assert replay_partition(partition_dir(tmp_path, 35), 35, repair=False).state.records == 1

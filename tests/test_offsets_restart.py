@@ -15,6 +15,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
@@ -26,8 +27,12 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.structs import OffsetAndMetadata
 from rallypoint.protocol import codec
+from rallypoint.protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue, partition_for
+from rallypoint.storage.recovery import replay_partition
+from rallypoint.storage.segments import partition_dir
 
 from tests.support import BrokerProcess, WireClient
+from tests.support.offsets_synth import old_partition_for, write_old_layout
 
 pytestmark = pytest.mark.clients
 
@@ -292,3 +297,39 @@ def test_sigkill_mid_commit_storm_keeps_every_acknowledged_commit(
     for t in threads:
         t.join(30)
     assert not any(t.is_alive() for t in threads)
+
+
+def test_a_data_dir_written_before_the_partition_fix_loads_and_moves_its_groups(
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    """Before following Kafka's ``Utils.abs``, rallypoint put a group with a negative Java hash
+    in the wrong ``__consumer_offsets`` partition.  Such a data dir starts: the group's offsets
+    are read, rewritten into its partition (tombstones where they were), fetched by a real client,
+    and a commit after the restart lands in the right partition and survives another restart."""
+    data = tmp_path / "old-layout"
+    group = "grp-rhcbom"  # Java hash -680362085: partition 35 of 50; the old code used 13
+    assert (old_partition_for(group, 50), partition_for(group, 50)) == (13, 35)
+    write_old_layout(
+        data,
+        50,
+        {13: [(OffsetCommitKey(group, TOPIC, p), OffsetCommitValue(40 + p, f"old-{p}", 1000)) for p in range(3)]},
+    )
+    broker = broker_factory(data_dir=data)
+    moved = broker.events("offsets_log.groups_moved")
+    assert moved and moved[-1]["groups"] == 1 and moved[-1]["records"] == 3
+    create_topic(broker, TOPIC, PARTITIONS)
+    with WireClient(broker.host, broker.port) as c:  # the first FindCoordinator creates __consumer_offsets
+        c.call(10, 3, {"key": group, "key_type": 0})
+    assert committed(broker, group) == {p: (40 + p, f"old-{p}") for p in range(PARTITIONS)}
+
+    simple = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False)
+    simple.assign([TopicPartition(TOPIC, 1)])
+    simple.commit({TopicPartition(TOPIC, 1): OffsetAndMetadata(77, "new", -1)})
+    simple.close()
+    assert broker.stop() == 0
+    broker.start()
+    assert not broker.events("offsets_log.groups_moved")  # nothing left to move
+    assert committed(broker, group) == {0: (40, "old-0"), 1: (77, "new"), 2: (42, "old-2")}
+    old = replay_partition(partition_dir(data, 13), 13, repair=False).state
+    home = replay_partition(partition_dir(data, 35), 35, repair=False).state
+    assert old.offsets == {} and {k.partition: v.offset for k, v in home.offsets.items()} == {0: 40, 1: 77, 2: 42}

@@ -1,5 +1,6 @@
 """``__consumer_offsets`` keys and values: every version round-trips; hand-built bytes from the
-layouts of spec/group-coordinator.md §B.2 decode to the expected values."""
+layouts of docs/offsets-log-format.md ("Keys", "Values") decode to the expected values; a group's
+partition is Kafka's."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ from rallypoint.protocol.offsets_schema import (
     encode_offset_commit_value,
     encode_record,
     encode_value,
+    partition_for,
     record_version,
 )
+
+from tests.support.offsets_synth import java_hash_code
 
 
 def s16(s: str) -> bytes:
@@ -281,3 +285,41 @@ def test_written_records_round_trip(
     kb, vb = encode_record(key, value)
     assert decode_key(kb) == key
     assert vb is not None and decode_value(key, vb) == value
+
+
+# --- the partition of a group ----------------------------------------------------------------
+
+# (group id, Java's groupId.hashCode(), Kafka's Utils.abs(hash) % 50), printed by OpenJDK 17 with
+# ``Utils.abs(n) = n == Integer.MIN_VALUE ? 0 : Math.abs(n)``.
+JAVA_TABLE = [
+    ("", 0, 0),
+    ("hello", 99162322, 22),
+    ("polygenelubricants", -2147483648, 0),  # Integer.MIN_VALUE: Utils.abs gives 0
+    ("my-group", -1906497762, 12),
+    ("console-consumer-12345", 158455506, 6),
+    ("orders-service", 23943117, 17),
+    ("spark-kafka-source-0f3c", -1257996639, 39),
+    ("group-\u00e9t\u00e9", -1484026544, 44),
+    ("\U0001f600-emoji", -1200436388, 38),  # a surrogate pair: two UTF-16 code units
+    ("connect-cluster", 1440343063, 13),
+    ("g", 103, 3),
+    ("test-group-7", 2060176942, 42),
+    ("payments", 1382682413, 13),
+    ("analytics.v2", -874698268, 18),
+    ("GROUP_WITH_CAPS", 2051202266, 16),
+    ("grp-rhcbom", -680362085, 35),  # masking with 0x7fffffff would give 13
+]
+
+
+@pytest.mark.parametrize("group,java_hash,partition", JAVA_TABLE)
+def test_partition_for_is_kafkas_utils_abs_of_the_java_hash(group: str, java_hash: int, partition: int) -> None:
+    assert java_hash_code(group) == java_hash
+    kafka_abs = 0 if java_hash == -(2**31) else abs(java_hash)
+    assert kafka_abs % 50 == partition
+    assert partition_for(group, 50) == partition
+
+
+@given(st.text(max_size=30), st.integers(1, 1000))
+def test_partition_for_any_group_and_count(group: str, n: int) -> None:
+    h = java_hash_code(group)
+    assert partition_for(group, n) == (0 if h == -(2**31) else abs(h)) % n

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from rallypoint.pipeline import job, synth
+from rallypoint.pipeline import job
 
 from tests.support import ROOT
+from tests.support import offsets_synth as synth
 from tests.test_pipeline_spark import T0, write_crafted
 
 

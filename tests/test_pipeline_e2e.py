@@ -367,16 +367,31 @@ def test_pipeline_over_logs_written_by_real_clients(
         (g for g in table("generations") if g["broker"] == "full"), key=lambda g: (g["group"], g["log_offset"])
     )
     dyn = [g for g in gens if g["group"] == "g-dyn"]
-    seq = [(g["generation"], g["member_count"], g["reason"]) for g in dyn]
+    every = [(g["generation"], g["member_count"], g["reason"]) for g in dyn]
+    assert [g for g, _m, _r in every] == sorted({g for g, _m, _r in every}), every
+    # A leader that sends JoinGroup to a Stable group starts a rebalance (Kafka's coordinator does
+    # so for the leader; kafka-python's leader rejoins, for one, when a heartbeat answer from the
+    # rebalance just finished arrives late).  That makes a generation with exactly the members of
+    # the one before, which the pipeline must call "same_members"; it can follow any rebalance.
+    # Those rows are checked member by member and set aside; the rest of the history is exact.
+    seq = []
+    previous: list[str] | None = None
+    for g in dyn:
+        ids = sorted(m["member_id"] for m in g["members"])
+        if g["reason"] == "same_members":
+            assert previous is not None and ids == previous and ids, every
+        else:
+            assert ids != previous, every
+            seq.append((g["generation"], g["member_count"], g["reason"]))
+        previous = ids
     # Kafka's new coordinator (and rallypoint) store an Empty generation-0 record when JoinGroup
-    # creates the group (spec §B.2); the Scala one starts at the first completed rebalance.
+    # creates the group (GroupMetadataManager, Java); the Scala one starts at the first completed rebalance.
     if dyn[0]["member_count"] == 0:
-        assert seq[0] == (0, 0, "first"), seq
-        assert [r for _g, _m, r in seq[1:]] == ["join", "join", "leave", "empty"], seq
+        assert seq[0] == (0, 0, "first"), every
+        assert [r for _g, _m, r in seq[1:]] == ["join", "join", "leave", "empty"], every
     else:
-        assert [r for _g, _m, r in seq] == ["first", "join", "leave", "empty"], seq
-    assert [m for _g, m, _r in seq][-4:] == [1, 2, 1, 0], seq
-    assert [g for g, _m, _r in seq] == sorted({g for g, _m, _r in seq}), seq
+        assert [r for _g, _m, r in seq] == ["first", "join", "leave", "empty"], every
+    assert [m for _g, m, _r in seq][-4:] == [1, 2, 1, 0], every
     assert dyn[-1]["state"] == "Empty"
     assert {m["client_id"] for g in dyn for m in g["members"]} == {"e2e-g-dyn"}
     for g in dyn:  # the consumer-protocol assignments decode and cover the topic

@@ -3,7 +3,8 @@
 One pipeline run (module fixture) over three "brokers": b1 (synthetic, with transactions), b2
 (synthetic, then a torn tail and a corrupted closed segment), crafted (hand-made records whose
 tables are known exactly: rebalance reasons, a deleted and a recreated group, invariant
-violations).  Oracles: pipeline/replay.py and the broker's own loader (coordinator/storage).
+violations).  Oracle: the broker's own recovery and loader (coordinator/storage), each partition
+read up to its first damage.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rallypoint.pipeline import decode, job, replay, synth
+from rallypoint.pipeline import decode, job
 from rallypoint.protocol import offsets_schema as schema
 from rallypoint.protocol import records as rec
 from rallypoint.storage.recovery import replay_partition
+
+from tests.support import offsets_synth as synth
 
 pytestmark = pytest.mark.spark
 
@@ -155,9 +158,8 @@ def test_spark_file_listing_skips_consumer_offsets_dirs(spark: Any, scenario: Sc
 # --- offsets_latest ----------------------------------------------------------------------------
 
 
-def test_offsets_latest_equals_the_plain_python_replay(scenario: Scenario) -> None:
-    files = [f for name, d in scenario.dirs.items() for f in decode.find_segments(name, d)]
-    expected = {k: v.offset for k, v in replay.replay(files).offsets.items()}
+def test_offsets_latest_equals_the_broker_loader_read_up_to_the_damage(scenario: Scenario) -> None:
+    expected = {k: v.offset for k, v in synth.load_offsets(list(scenario.dirs.items())).offsets.items()}
     got = {
         (r["broker"], r["log_partition"], r["group"], r["topic"], r["partition"]): r["offset"]
         for r in scenario.table("offsets_latest")

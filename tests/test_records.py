@@ -5,31 +5,39 @@ against our decoder, varints, and the torn-tail / CRC errors."""
 from __future__ import annotations
 
 import struct
+import tracemalloc
 from pathlib import Path
+from typing import Any
 
+import aiokafka.codec as aiocodec
 import aiokafka.record as aiorecord
 import kafka.record as kprecord
 import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBatchBuilder
 from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from rallypoint.protocol.records import (
     ATTR_LOG_APPEND_TIME,
+    BatchHeader,
     CorruptBatchError,
+    PayloadTooLargeError,
     Record,
     TornBatchError,
     UnsupportedBatchError,
+    assemble_batch,
     build_batch,
     decode_records,
     encode_batch,
     iter_batches,
     iter_file_batches,
+    iter_record_times,
     read_header,
-    read_varint,
+    records_payload,
     scan_batches,
-    write_varint,
 )
+from rallypoint.protocol.wire import read_varint, write_varint
 
 
 def _their_batches(buf: bytes, lib: object) -> list[list[tuple[int, int, bytes | None, bytes | None, list]]]:
@@ -46,10 +54,8 @@ def _their_batches(buf: bytes, lib: object) -> list[list[tuple[int, int, bytes |
 
 def test_build_batch_layout_bytes() -> None:
     b = build_batch(7, [(b"k", b"v")], 1000, partition_leader_epoch=3)
-    base, length, ple, magic, crc, attrs, lod, bts, mts, pid, pep, bseq, count = struct.unpack_from(">qiibIhiqqqhii", b)
-    assert (base, ple, magic, attrs, lod, bts, mts, pid, pep, bseq, count) == (7, 3, 2, 0, 0, 1000, 1000, -1, -1, -1, 1)
-    assert length == len(b) - 12
-    assert crc == crc32c(b[21:])  # CRC-32C of attributes .. end
+    h = read_header(b)  # checks the CRC-32C of attributes .. end
+    assert h == BatchHeader(0, 7, len(b) - 12, 3, 2, crc32c(b[21:]), 0, 0, 1000, 1000, -1, -1, -1, 1)
     # one record: length 8 (zigzag 16), attributes 0, ts delta 0, offset delta 0,
     # key length 1 (zigzag 2), "k", value length, "v", 0 headers
     assert b[61:] == bytes([0x10, 0, 0, 0, 2]) + b"k" + bytes([2]) + b"v" + bytes([0])
@@ -93,22 +99,77 @@ def test_we_decode_kafka_python_batches(compression: int) -> None:
     ]
 
 
-def test_snappy_is_refused_clearly() -> None:
-    raw = bytearray(build_batch(0, [(b"k", b"v")], 1))
-    raw[22] |= 2  # attributes low byte: snappy
-    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
-    h = read_header(bytes(raw))
-    with pytest.raises(UnsupportedBatchError, match="snappy"):
-        decode_records(bytes(raw), h)
+@pytest.mark.parametrize("compression", [1, 2, 3, 4])  # gzip, snappy, lz4, zstd
+def test_we_decode_every_codec_of_aiokafka(compression: int) -> None:
+    builder = AioBatchBuilder(2, compression, False, -1, -1, -1, 1 << 24)
+    for i in range(300):
+        builder.append(i, timestamp=1000 + i, key=f"k{i}".encode(), value=b"v" * i, headers=[])
+    raw = bytes(builder.build())
+    h = read_header(raw)
+    assert h.compression == compression
+    want = [(i, 1000 + i, f"k{i}".encode(), b"v" * i) for i in range(300)]
+    assert [(r.offset, r.timestamp, r.key, r.value) for r in decode_records(raw, h)] == want
+    assert list(iter_record_times(raw, h)) == [(i, 1000 + i) for i in range(300)]
+
+
+def test_snappy_without_xerial_framing_is_one_raw_block() -> None:
+    plain = build_batch(0, [(b"k", b"v" * 100)], 1)
+    h = read_header(plain)
+    raw = assemble_batch(h._replace(attributes=2), aiocodec.snappy_encode(plain[61:], xerial_compatible=False))
+    assert [r.value for r in decode_records(raw, read_header(raw))] == [b"v" * 100]
+
+
+def test_unknown_codec_and_bad_payloads_are_errors() -> None:
+    plain = build_batch(0, [(b"k", b"v")], 1)
+    h = read_header(plain)
+    unknown = assemble_batch(h._replace(attributes=5), plain[61:])
+    with pytest.raises(UnsupportedBatchError, match="compression id 5"):
+        records_payload(unknown, read_header(unknown))
+    for codec in (1, 2, 3, 4):
+        bad = assemble_batch(h._replace(attributes=codec), plain[61:])  # not compressed at all
+        with pytest.raises(CorruptBatchError, match="payload"):
+            decode_records(bad, read_header(bad))
+
+
+_BOMB = 64 << 20  # 64 MiB of zeros: a few KiB to a few hundred KiB compressed
+
+
+@pytest.mark.parametrize(
+    "compression,encode",
+    [
+        (1, aiocodec.gzip_encode),
+        (2, aiocodec.snappy_encode),
+        (3, aiocodec.lz4_encode),
+        (4, aiocodec.zstd_encode),
+    ],
+)
+def test_decompression_bombs_stop_at_the_bound(compression: int, encode: Any) -> None:
+    """A batch decompressing to 64 MiB is refused by a reader allowed 1 MiB, which allocates a
+    copy of the payload and at most twice the bound, not 64 MiB."""
+    payload = encode(bytes(_BOMB))
+    assert len(payload) < 4 << 20
+    h = read_header(build_batch(0, [(b"k", b"v")], 1))
+    bomb = assemble_batch(h._replace(attributes=compression), payload)
+    tracemalloc.start()
+    try:
+        with pytest.raises(PayloadTooLargeError):
+            records_payload(bomb, read_header(bomb), 1 << 20)
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(payload) + (3 << 20), peak
+    # allowed enough, the same batch decompresses (and its "records" are refused, not trusted)
+    with pytest.raises(CorruptBatchError):
+        list(iter_record_times(bomb, read_header(bomb), _BOMB))
 
 
 def test_log_append_time_records_take_the_max_timestamp() -> None:
-    raw = bytearray(encode_batch([Record(0, 10, b"a", b"1"), Record(1, 20, b"b", b"2")]))
-    raw[22] |= ATTR_LOG_APPEND_TIME
-    struct.pack_into(">q", raw, 35, 999)
-    struct.pack_into(">I", raw, 17, crc32c(bytes(raw[21:])))
-    [batch] = list(iter_batches(bytes(raw)))
+    raw = encode_batch([Record(0, 10, b"a", b"1"), Record(1, 20, b"b", b"2")])
+    h = read_header(raw)
+    raw = assemble_batch(h._replace(attributes=ATTR_LOG_APPEND_TIME, max_timestamp=999), raw[61:])
+    [batch] = list(iter_batches(raw))
     assert [r.timestamp for r in batch.records] == [999, 999]
+    assert list(iter_record_times(raw, batch.header)) == [(0, 999), (1, 999)]
 
 
 def test_torn_tail_and_crc_mismatch_are_distinct_errors() -> None:
@@ -201,7 +262,7 @@ def test_batches_round_trip_and_agree_with_kafka_python(
 
 
 def test_the_documented_example_batch() -> None:
-    """docs/offsets-log-format.md §3 shows these exact bytes."""
+    """docs/offsets-log-format.md, "Record", shows these exact bytes."""
     from rallypoint.protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue, encode_record
 
     entry = encode_record(OffsetCommitKey("g", "t", 0), OffsetCommitValue(5, "", 1000))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -13,11 +15,19 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder as AioBatc
 from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.records import assemble_batch, iter_record_times, parse_header, read_header, split_batches
 from rallypoint.topics import TopicError, TopicStore
 from rallypoint.topics.fetch_sessions import ZERO_UUID, FetchSessionCache, PartitionRequest
 from rallypoint.topics.fetcher import ReadSpec, fetch, read_all
-from rallypoint.topics.partition import OffsetOutOfRange, PartitionLog
-from rallypoint.topics.records import BatchError, record_timestamps, split_batches, validate_produce_records
+from rallypoint.topics.log_validator import (
+    BatchError,
+    validate_client_batch,
+    validate_client_records,
+    validate_produce_records,
+)
+from rallypoint.topics.partition import AppendResult, OffsetOutOfRange, PartitionLog
+
+from tests.support.crafted_batches import hostile_batches
 
 MAX = 1048588
 
@@ -40,9 +50,18 @@ def batch(
     return bytes(b.build())
 
 
+def append_batch(
+    plog: PartitionLog, data: bytes, pos: int, size: int, *, max_message_bytes: int = MAX, retention: int = -1
+) -> AppendResult:
+    """What the Produce handler does with one partition's batch: validate, then append."""
+    h = validate_client_batch(data, pos, size, max_message_bytes)
+    checked = validate_client_records(data, h, 1 << 24)
+    return plog.append_client_batch(data, pos, size, h, checked, retention_bytes=retention)
+
+
 def append(plog: PartitionLog, data: bytes, retention: int = -1) -> int:
     pos, size = validate_produce_records(9, data)
-    return plog.append_client_batch(data, pos, size, max_message_bytes=MAX, retention_bytes=retention).base_offset
+    return append_batch(plog, data, pos, size, retention=retention).base_offset
 
 
 def read_records(data: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -109,14 +128,15 @@ def test_produce_record_rules() -> None:
     too_big = batch(1, value_size=2000)
     plog = PartitionLog("t", 0)
     with pytest.raises(BatchError) as e:
-        plog.append_client_batch(too_big, 0, len(too_big), max_message_bytes=1000, retention_bytes=-1)
+        append_batch(plog, too_big, 0, len(too_big), max_message_bytes=1000)
     assert e.value.code == ErrorCode.MESSAGE_TOO_LARGE
 
 
-def test_record_timestamps_of_uncompressed_batch() -> None:
+def test_record_times_of_uncompressed_and_compressed_batches() -> None:
+    for compression in (0, 1, 4):
+        data = batch(3, ts=1000, compression=compression)
+        assert list(iter_record_times(data, parse_header(data))) == [(0, 1000), (1, 1001), (2, 1002)]
     data = batch(3, ts=1000)
-    assert record_timestamps(data) == [(0, 1000), (1, 1001), (2, 1002)]
-    assert record_timestamps(batch(3, compression=1)) is None
     assert split_batches(data + data) == [(0, len(data)), (len(data), len(data))]
 
 
@@ -129,7 +149,7 @@ def test_duplicate_batch_returns_original_offsets() -> None:
     assert append(plog, batch(3, pid=7, epoch=0, seq=2)) == 2
     pos, size = 0, len(batch(2, pid=7, epoch=0, seq=0))
     dup = batch(2, pid=7, epoch=0, seq=0)
-    r = plog.append_client_batch(dup, pos, size, max_message_bytes=MAX, retention_bytes=-1)
+    r = append_batch(plog, dup, pos, size)
     assert r.duplicate and r.base_offset == 0
     assert plog.next_offset == 5
 
@@ -155,13 +175,8 @@ def test_sequence_and_epoch_rules() -> None:
     with pytest.raises(BatchError) as e:
         append(plog2, batch(1, pid=9, epoch=0, seq=0))
     assert e.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-    r = plog2.append_client_batch(
-        batch(1, pid=9, epoch=0, seq=1),
-        0,
-        len(batch(1, pid=9, epoch=0, seq=1)),
-        max_message_bytes=MAX,
-        retention_bytes=-1,
-    )
+    again = batch(1, pid=9, epoch=0, seq=1)
+    r = append_batch(plog2, again, 0, len(again))
     assert r.duplicate and r.base_offset == 1
 
 
@@ -220,8 +235,8 @@ def test_offset_for_timestamp() -> None:
     assert plog.offset_for_timestamp(0) == (1000, 0)
     assert plog.offset_for_timestamp(1002) == (1002, 2)
     assert plog.offset_for_timestamp(1500) == (2000, 3)
-    assert plog.offset_for_timestamp(2500) == (3000, 6)  # compressed, first record qualifies: exact
-    assert plog.offset_for_timestamp(3001) == (3001, 6)  # compressed: base offset, max timestamp
+    assert plog.offset_for_timestamp(2500) == (3000, 6)  # compressed: decompressed and walked
+    assert plog.offset_for_timestamp(3001) == (3001, 7)
     assert plog.offset_for_timestamp(9999) is None
     assert plog.max_timestamp_offset() == (3001, 7)
 
@@ -362,3 +377,60 @@ def test_store_create_rules(tmp_path: Path) -> None:
     internal = store.create("__consumer_offsets", 5, is_internal=True)
     assert store.create("__consumer_offsets", 5, is_internal=True) is internal
     assert internal.is_internal
+
+
+# --------------------------------------------------------------------------- hostile batches
+
+
+@pytest.mark.parametrize("name", sorted(hostile_batches()))
+def test_hostile_batches_get_kafkas_error_within_bounded_time_and_memory(name: str) -> None:
+    data, code = hostile_batches()[name]
+    plog = PartitionLog("t", 0)
+    started = time.monotonic()
+    tracemalloc.start()
+    try:
+        with pytest.raises(BatchError) as e:
+            pos, size = validate_produce_records(9, data)
+            h = validate_client_batch(data, pos, size, MAX)
+            validate_client_records(data, h, 1 << 20)
+        _now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert e.value.code == code, e.value.message
+    assert time.monotonic() - started < 2
+    assert peak < len(data) + (3 << 20), peak  # the bound (1 MiB) twice over at most, plus a copy
+    assert plog.next_offset == 0
+
+
+def test_a_lying_max_timestamp_is_replaced_by_the_records_one() -> None:
+    """LogValidator stores the largest record timestamp it walked (and recomputes the CRC)."""
+    good = batch(3, ts=1000)
+    liar = assemble_batch(parse_header(good)._replace(max_timestamp=9_999_999), good[61:])
+    plog = PartitionLog("t", 0)
+    append(plog, liar)
+    stored = plog.read(0, 1 << 20, True).records
+    h = read_header(stored)  # the CRC is valid
+    assert h.max_timestamp == 1002
+    assert plog.max_timestamp_offset() == (1002, 2)
+    assert plog.offset_for_timestamp(1003) is None
+
+
+def test_list_offsets_by_timestamp_walks_one_batch() -> None:
+    plog = PartitionLog("t", 0)
+    for i in range(2000):
+        append(plog, batch(2, ts=10 * i))
+    calls = []
+    import rallypoint.topics.partition as partition_mod
+
+    real = partition_mod.iter_record_times
+
+    def counting(*args: object, **kw: object) -> object:
+        calls.append(1)
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    partition_mod.iter_record_times = counting  # type: ignore[assignment]
+    try:
+        assert plog.offset_for_timestamp(10 * 1500 + 1) == (10 * 1500 + 1, 3001)
+    finally:
+        partition_mod.iter_record_times = real
+    assert len(calls) == 1

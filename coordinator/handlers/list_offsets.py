@@ -9,7 +9,8 @@ UnifiedLog.fetchOffsetByTimestamp, for a topic without tiered storage:
 * -2 earliest and -4 earliest-local → log start offset;
 * -5 latest-tiered and -6 earliest-pending-upload → offset -1 (nothing is tiered);
 * -3 → the record with the largest timestamp; t ≥ 0 → the first record with timestamp ≥ t
-  (not found: offset -1, timestamp -1).
+  (not found: offset -1, timestamp -1).  Only the one batch that holds the answer is walked
+  (decompressed if need be, bounded like Produce by ``rallypoint.max.uncompressed.batch.bytes``).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def _answer(index: int, code: ErrorCode, timestamp: int = -1, offset: int = -1, 
     }
 
 
-def _lookup(plog: Any, ts: int) -> dict[str, Any]:
+def _lookup(plog: Any, ts: int, max_uncompressed: int) -> dict[str, Any]:
     idx = plog.partition
     if ts == LATEST:
         return _answer(idx, ErrorCode.NONE, -1, plog.high_watermark, LEADER_EPOCH)
@@ -59,7 +60,7 @@ def _lookup(plog: Any, ts: int) -> dict[str, Any]:
         return _answer(idx, ErrorCode.NONE, -1, plog.log_start_offset, LEADER_EPOCH if plog.has_epoch() else -1)
     if ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
         return _answer(idx, ErrorCode.NONE, -1, -1, -1)
-    found = plog.max_timestamp_offset() if ts == MAX_TIMESTAMP else plog.offset_for_timestamp(ts)
+    found = plog.max_timestamp_offset() if ts == MAX_TIMESTAMP else plog.offset_for_timestamp(ts, max_uncompressed)
     if found is None:
         return _answer(idx, ErrorCode.NONE)
     found_ts, offset = found
@@ -69,6 +70,7 @@ def _lookup(plog: Any, ts: int) -> dict[str, Any]:
 async def handle(ctx: Any, request: Any) -> dict[str, Any]:
     store = ctx.broker.topics
     version = ctx.api_version
+    max_uncompressed = int(ctx.broker.config["rallypoint.max.uncompressed.batch.bytes"])
     counts = Counter((t.name, int(p.partition_index)) for t in request.topics for p in t.partitions)
     topics: list[dict[str, Any]] = []
     for t in request.topics:
@@ -92,6 +94,6 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
                 code = ErrorCode.UNKNOWN_LEADER_EPOCH if cle > LEADER_EPOCH else ErrorCode.FENCED_LEADER_EPOCH
                 parts.append(_answer(idx, code))
                 continue
-            parts.append(_lookup(plog, ts))
+            parts.append(_lookup(plog, ts, max_uncompressed))
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}

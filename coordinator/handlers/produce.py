@@ -11,7 +11,9 @@ Follows KafkaApis.handleProduceRequest and ReplicaManager.appendRecords:
 * ``ProduceRequest.validateRecords`` → INVALID_RECORD / UNSUPPORTED_COMPRESSION_TYPE;
 * internal topics (``__consumer_offsets``) → INVALID_TOPIC_EXCEPTION ("Cannot append to internal
   topic", ReplicaManager.appendToLocalLog);
-* then the log's own checks (size, CRC, batch validity, producer state).
+* then the log's own checks: size, CRC, batch rules and every record walked
+  (``topics/log_validator.py``; the walk yields to other connections between slices), then
+  producer state (``PartitionLog.append_client_batch``).  A refused batch is never stored.
 
 With acks=0 there is no response; if any partition failed the connection is closed, as Kafka
 does so the producer refreshes its metadata.
@@ -19,13 +21,21 @@ does so the producer refreshes its metadata.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.records import ATTR_TRANSACTIONAL, MAGIC, CorruptBatchError, split_batches
 
 from ..broker import CloseConnection
 from ..logger import get as get_logger
-from ..topics.records import TRANSACTIONAL_MASK, BatchError, split_batches, validate_produce_records
+from ..topics.log_validator import (
+    BatchError,
+    Checked,
+    check_records,
+    validate_client_batch,
+    validate_produce_records,
+)
 
 API_KEY = 0
 
@@ -52,12 +62,22 @@ def _has_transactional_records(request: Any) -> bool:
                 continue
             try:
                 spans = split_batches(data)
-            except BatchError:
+            except CorruptBatchError:
                 continue
             for pos, _size in spans:
-                if len(data) > pos + 22 and data[pos + 16] == 2 and data[pos + 22] & TRANSACTIONAL_MASK:
+                if len(data) > pos + 22 and data[pos + 16] == MAGIC and data[pos + 22] & ATTR_TRANSACTIONAL:
                     return True
     return False
+
+
+async def _walk_records(data: bytes, h: Any, max_uncompressed: int) -> Checked:
+    """Every record of the batch walked, letting other connections run between slices."""
+    for step in check_records(data, h, max_uncompressed):
+        if step is None:
+            await asyncio.sleep(0)
+        else:
+            return step
+    raise AssertionError("check_records ends with its summary")
 
 
 async def handle(ctx: Any, request: Any) -> dict[str, Any] | None:
@@ -66,6 +86,7 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any] | None:
     version = ctx.api_version
     acks = int(request.acks)
     by_id = version >= 13
+    max_uncompressed = int(ctx.broker.config["rallypoint.max.uncompressed.batch.bytes"])
 
     blanket: ErrorCode | None = None
     if request.transactional_id is not None or _has_transactional_records(request):
@@ -103,12 +124,12 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any] | None:
                 parts.append(_error(idx, ErrorCode.INVALID_TOPIC_EXCEPTION))
                 continue
             try:
+                h = validate_client_batch(data, pos, size, store.max_message_bytes_for(topic))
+                checked = await _walk_records(data, h, max_uncompressed)
+                if plog.deleted:  # the topic went away while the walk yielded
+                    raise BatchError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the partition was deleted")
                 result = plog.append_client_batch(
-                    data,
-                    pos,
-                    size,
-                    max_message_bytes=store.max_message_bytes_for(topic),
-                    retention_bytes=store.retention_bytes_for(topic),
+                    data, pos, size, h, checked, retention_bytes=store.retention_bytes_for(topic)
                 )
             except BatchError as e:
                 log.info(

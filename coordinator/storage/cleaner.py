@@ -27,7 +27,8 @@ A pass over one partition:
    ``.cleaned`` file that recovery deletes, and the old segments intact.  An installed segment
    left empty is deleted.
 
-Why the result loads the same (spec §B.3 "results are the same before and after cleaning"):
+Why the result loads the same (Kafka's promise for compacted topics: loading before and after
+cleaning gives the same groups and offsets):
 only records followed by a later record of the same key are dropped, plus old tombstones that
 are last for their key — and every older record of that key lies in an older segment, which
 this pass rewrites first (groups are installed oldest first).  Transactional records never

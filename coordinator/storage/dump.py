@@ -37,6 +37,7 @@ from rallypoint.protocol.offsets_schema import (
     record_version,
 )
 from rallypoint.protocol.records import (
+    CONTROL_ABORT,
     CONTROL_COMMIT,
     BatchHeader,
     Record,
@@ -137,7 +138,7 @@ def _text_record(rec: Record, h: BatchHeader) -> str:
     )
     if h.is_control:
         kind = control_type(rec)
-        name = {0: "ABORT", CONTROL_COMMIT: "COMMIT"}.get(kind, f"UNKNOWN({kind})")
+        name = {CONTROL_ABORT: "ABORT", CONTROL_COMMIT: "COMMIT"}.get(kind, f"UNKNOWN({kind})")
         return line + f" endTxnMarker: {name}"
     d = describe_record(rec)
     if d["type"] == "unknown":

@@ -1,4 +1,5 @@
-"""Rebuild group metadata and committed offsets from ``__consumer_offsets`` batches (spec §B.3).
+"""Rebuild group metadata and committed offsets from ``__consumer_offsets`` batches
+(docs/offsets-log-format.md, "Recovery at start-up").
 
 Pure: batches in, dictionaries out; no I/O, no asyncio.  Mirrors Kafka's loader
 (``GroupMetadataManager.doLoadGroupsAndOffsets``, GroupMetadataManager.scala:583-751):
@@ -146,7 +147,7 @@ class StateBuilder:
 
 
 def rebuild(batches: Iterable[RecordBatch]) -> PartitionState:
-    """(groups, offsets) of one partition from its batches in log order (spec §B.3)."""
+    """(groups, offsets) of one partition from its batches in log order."""
     b = StateBuilder()
     for batch in batches:
         b.add(batch)

@@ -1,13 +1,14 @@
 """The offsets log component (``broker.offsets_log``): durable, group-committed appends
 to ``__consumer_offsets-<N>`` segment files, start-up recovery, and background compaction.
 
-Contract with the groups runtime (``rallypoint.groups.persist``):
+What it offers its user (the groups runtime; this package imports nothing of it):
 
 * ``await append(partition, [(key, value | None), ...])`` writes one record batch and returns
   once it is written and, per ``rallypoint.offsets.flush``, fsynced; it raises
-  :class:`~coordinator.groups.persist.PersistError` otherwise.
-* ``start()`` replays every partition before the server listens and calls
-  its ``loader(partition, groups, offsets)`` (the groups runtime's ``load``) once per partition.
+  :class:`~rallypoint.storage.errors.PersistError` otherwise.
+* ``start()`` replays every partition before the server listens, moves groups found outside
+  their partition (``recovery.plan_moves``), and calls its ``loader(partition, groups,
+  offsets)`` (the groups runtime's ``load``) once per partition.
 
 Write path.  Each partition has a queue and a writer task.  The writer takes *everything*
 queued (group commit), assigns offsets, and hands the batches to an I/O thread which writes
@@ -54,7 +55,8 @@ from rallypoint.protocol.records import build_batch
 
 from .cleaner import CleanerStopped, CleanResult, clean_partition
 from .errors import OffsetsLogStartError, PersistError
-from .recovery import check_partition_dirs, replay_partition
+from .loader import PartitionState
+from .recovery import check_partition_dirs, plan_moves, replay_partition
 from .segments import Segment, fsync_dir, partition_dir, segment_name
 
 log = get_logger("rallypoint.offsets_log")
@@ -217,13 +219,16 @@ class OffsetsLog:
                 log.warning(
                     "offsets_log.unfinished_transaction_dropped", partition=rp.partition, count=st.dropped_pending
                 )
-            if self.loader is not None:
-                self.loader(rp.partition, st.groups, st.offsets)
         self._started = True
         self._stopping = False
         self._cleaner_stop.clear()
         for part in self._parts:
             part.task = asyncio.create_task(self._writer(part), name=f"offsets-writer-{part.index}")
+        states = {rp.partition: rp.state for rp in replays}
+        await self._move_misplaced_groups(states)
+        if self.loader is not None:
+            for rp in replays:
+                self.loader(rp.partition, rp.state.groups, rp.state.offsets)
         if self.flush == "interval":
             self._tasks.append(asyncio.create_task(self._flusher(), name="offsets-flusher"))
         self._cleaner_wake = asyncio.Event()
@@ -276,6 +281,28 @@ class OffsetsLog:
         if created:
             fsync_dir(self.data_dir)
         return [replay_partition(partition_dir(self.data_dir, n), n) for n in range(self.num_partitions)]
+
+    async def _move_misplaced_groups(self, states: dict[int, PartitionState]) -> None:
+        """Rewrite groups found outside their partition where they belong (``plan_moves``):
+        copies first, durably, then tombstones where they were."""
+        moves = plan_moves(states, self.num_partitions)
+        if not moves:
+            return
+        try:
+            await asyncio.gather(*(self.append(p, recs) for p, recs in sorted(moves.copies.items())))
+            await asyncio.gather(
+                *(self.append(p, [(k, None) for k in keys]) for p, keys in sorted(moves.tombstones.items()))
+            )
+        except PersistError as e:
+            await self.stop()
+            raise OffsetsLogStartError(f"cannot move groups to their __consumer_offsets partitions: {e}") from e
+        log.warning(
+            "offsets_log.groups_moved",
+            groups=len(moves.groups),
+            records=sum(len(r) for r in moves.copies.values()),
+            tombstones=sum(len(k) for k in moves.tombstones.values()),
+            reason="found outside partition_for(group): written before Kafka's Utils.abs was followed",
+        )
 
     async def stop(self) -> None:
         if not self._started:

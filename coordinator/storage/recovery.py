@@ -1,14 +1,23 @@
 """Start-up replay of the offsets log (sync, no asyncio): verify, repair a torn tail, rebuild.
 
 ``replay_partition`` is the pure-ish function recovery tests drive: a partition directory in,
-its segments and (groups, offsets) out.  ``OffsetsLog.start`` runs it for every partition and
-hands the result to the groups runtime (spec §A.13, §B.3).
+its segments and (groups, offsets) out.  ``OffsetsLog.start`` runs it for every partition,
+moves groups found outside their partition (:func:`plan_moves`) and hands the result to the
+groups runtime (docs/offsets-log-format.md, "Recovery at start-up").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from rallypoint.protocol.offsets_schema import (
+    GroupMetadataKey,
+    Key,
+    Value,
+    partition_for,
+)
 
 from .errors import OffsetsLogStartError
 from .loader import PartitionState, StateBuilder
@@ -29,15 +38,78 @@ class PartitionReplay:
     state: PartitionState
     report: RecoveryReport
     bytes: int
+    damage: CorruptLogError | None = None  # with stop_at_damage: where reading stopped
 
 
-def replay_partition(pdir: Path, partition: int = -1, *, repair: bool = True) -> PartitionReplay:
+def replay_partition(
+    pdir: Path, partition: int = -1, *, repair: bool = True, stop_at_damage: bool = False
+) -> PartitionReplay:
     """Verify every batch of one partition directory (truncating a torn tail when ``repair``)
-    and rebuild its groups and offsets (last record per key wins, tombstones delete)."""
+    and rebuild its groups and offsets (last record per key wins, tombstones delete).
+
+    The broker's start raises :class:`CorruptLogError` at damage; readers of a copy (the
+    pipeline's oracle, tools) pass ``stop_at_damage`` to get the state of the batches before it,
+    with ``damage`` saying where it stopped and ``segments`` left empty.
+    """
     builder = StateBuilder()
     report = RecoveryReport()
-    segments = recover_partition(pdir, on_batch=builder.add, repair=repair, report=report)
+    try:
+        segments = recover_partition(pdir, on_batch=builder.add, repair=repair, report=report)
+    except CorruptLogError as e:
+        if not stop_at_damage:
+            raise
+        return PartitionReplay(partition, [], builder.result(), report, 0, e)
     return PartitionReplay(partition, segments, builder.result(), report, sum(s.size for s in segments))
+
+
+@dataclass
+class Moves:
+    """Records to append so that every group lives in its own partition."""
+
+    # partition → records of groups that belong there, found elsewhere
+    copies: dict[int, list[tuple[Key, Value]]] = field(default_factory=lambda: defaultdict(list))
+    # partition → tombstones for what was copied out of it
+    tombstones: dict[int, list[Key]] = field(default_factory=lambda: defaultdict(list))
+    groups: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.tombstones)
+
+
+def plan_moves(states: dict[int, PartitionState], num_partitions: int) -> Moves:
+    """Move every group (metadata and offsets) found outside ``partition_for(group)`` home.
+
+    Data directories written before ``partition_for`` followed Kafka's ``Utils.abs`` placed
+    every group with a negative hash in another partition.  Each such record is copied to its
+    home partition (unless the home partition holds the same key already: a copy made by an
+    earlier start that crashed before its tombstones) and a tombstone replaces it where it was.
+    ``states`` are updated in place to what the log will hold; the copies must be written (and
+    synced) before the tombstones.
+    """
+    moves = Moves()
+    for partition, st in sorted(states.items()):
+        for group, value in list(st.groups.items()):
+            home = partition_for(group, num_partitions)
+            if home == partition:
+                continue
+            del st.groups[group]
+            moves.tombstones[partition].append(GroupMetadataKey(group))
+            moves.groups.add(group)
+            target = states[home].groups
+            if group not in target:
+                target[group] = value
+                moves.copies[home].append((GroupMetadataKey(group), value))
+        for key, offset in list(st.offsets.items()):
+            home = partition_for(key.group, num_partitions)
+            if home == partition:
+                continue
+            del st.offsets[key]
+            moves.tombstones[partition].append(key)
+            moves.groups.add(key.group)
+            if key not in states[home].offsets:
+                states[home].offsets[key] = offset
+                moves.copies[home].append((key, offset))
+    return moves
 
 
 class PartitionCountError(OffsetsLogStartError):
@@ -78,8 +150,10 @@ def _has_data(pdir: Path) -> bool:
 
 __all__ = [
     "CorruptLogError",
+    "Moves",
     "PartitionCountError",
     "PartitionReplay",
     "check_partition_dirs",
+    "plan_moves",
     "replay_partition",
 ]

@@ -5,7 +5,7 @@ holds whole v2 record batches back to back; its name is the offset of its first 
 compaction the first record may be later than the name says, never earlier).  The last segment
 of a partition is the active one, the only one ever appended to.
 
-Recovery rules (docs/offsets-log-format.md, "Recovery"):
+Recovery rules (docs/offsets-log-format.md, "Recovery at start-up"):
 
 * Cleaner leftovers are resolved first: ``*.log.cleaned`` (a cleaning that did not finish) is
   deleted; ``<base>-<end>.log.swap`` (a finished cleaning not yet installed) replaces every
@@ -32,10 +32,13 @@ from pathlib import Path
 from typing import Final
 
 from rallypoint.protocol.records import (
+    LOG_OVERHEAD,
     CorruptBatchError,
+    Record,
     RecordBatch,
     RecordsError,
     TornBatchError,
+    UnsupportedBatchError,
     decode_records,
     read_header,
 )
@@ -54,7 +57,7 @@ _SWAP_RE = re.compile(r"^(\d{20})-(\d{20})\.log\.swap$")
 class CorruptLogError(OffsetsLogStartError):
     """The offsets log cannot be read safely; the broker refuses to start."""
 
-    def __init__(self, path: Path, position: int, reason: str) -> None:
+    def __init__(self, path: Path, position: int, reason: str, *, unsupported: bool = False) -> None:
         super().__init__(
             f"offsets log segment {path} is corrupt at byte {position}: {reason}. "
             "The broker will not start on it, since skipping it could bring back older committed offsets. "
@@ -64,6 +67,7 @@ class CorruptLogError(OffsetsLogStartError):
         self.path = path
         self.position = position
         self.reason = reason
+        self.unsupported = unsupported  # a valid batch of a kind rallypoint cannot read (magic < 2)
 
 
 def segment_name(base_offset: int) -> str:
@@ -118,14 +122,6 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 @dataclass
 class Segment:
     base_offset: int
@@ -165,9 +161,90 @@ def finish_cleaner_leftovers(pdir: Path, report: RecoveryReport) -> None:
         fsync_dir(pdir)
 
 
-def _zero_tail(buf: mmap.mmap | bytes, pos: int) -> bool:
-    n = len(buf) - pos
-    return n > 0 and buf[pos:].count(0) == n
+def torn_tail_reason(buf: bytes | mmap.mmap, pos: int) -> str | None:
+    """Why the bytes from ``pos`` to the end of a partition's *last* segment, where reading
+    stopped, are a torn tail that recovery truncates; None when they are corruption.
+
+    Torn: a batch cut short, bytes that are all zero, or a final batch that fails its header
+    checks (CRC) and whose length reaches exactly the end.  A complete batch with a good CRC
+    whose records do not decode is corruption: no crash writes that.
+    """
+    size = len(buf)
+    try:
+        read_header(buf, pos)
+    except TornBatchError as e:
+        return str(e)
+    except CorruptBatchError as e:
+        if buf[pos:].count(0) == size - pos:
+            return "zero bytes after the last batch"
+        length = int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True)
+        if pos + LOG_OVERHEAD + length == size:
+            return str(e)
+        return None
+    except RecordsError:
+        return None
+    return None
+
+
+class SegmentReader:
+    """The batches of one segment file, read by the recovery rules (module docstring).
+
+    Iterating yields each batch in order (records decoded when ``decode``); afterwards
+    :attr:`segment` holds its valid size and next offset, and :attr:`torn` (position, reason) the
+    torn tail of a last segment, if any.  Anything else invalid raises :class:`CorruptLogError`
+    at its batch, after every good batch before it was yielded.  ``expected_from``: the offset
+    the partition's previous segment ended at (batches may not go below it).
+    """
+
+    def __init__(self, path: Path, base_offset: int, expected_from: int = 0, *, is_last: bool, decode: bool = True):
+        self.path = path
+        self.is_last = is_last
+        self.decode = decode
+        self.expected_from = expected_from
+        self.segment = Segment(base_offset, path, 0, base_offset)
+        self.torn: tuple[int, str] | None = None
+
+    def __iter__(self) -> Iterator[RecordBatch]:
+        seg = self.segment
+        path = self.path
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                pos = 0
+                expected = max(seg.base_offset, self.expected_from)
+                while pos < size:
+                    try:
+                        h = read_header(mm, pos)
+                    except RecordsError as e:
+                        why = torn_tail_reason(mm, pos) if self.is_last else None
+                        if why is not None:
+                            self.torn = (pos, why)
+                            return
+                        if isinstance(e, TornBatchError):
+                            raise CorruptLogError(path, pos, f"incomplete batch in a closed segment ({e})") from None
+                        raise CorruptLogError(
+                            path, pos, str(e), unsupported=isinstance(e, UnsupportedBatchError)
+                        ) from None
+                    if h.base_offset < expected:
+                        raise CorruptLogError(
+                            path, pos, f"batch base offset {h.base_offset} is below the expected {expected}"
+                        )
+                    records: tuple[Record, ...] = ()
+                    if self.decode:
+                        try:
+                            records = decode_records(mm, h)
+                        except RecordsError as e:
+                            raise CorruptLogError(
+                                path, pos, str(e), unsupported=isinstance(e, UnsupportedBatchError)
+                            ) from None
+                    pos = h.end
+                    expected = h.next_offset
+                    seg.size = pos
+                    seg.next_offset = h.next_offset
+                    seg.batches += 1
+                    yield RecordBatch(h, records)
 
 
 def scan_segment(
@@ -183,53 +260,11 @@ def scan_segment(
     Returns the segment (its valid size) and, for a torn tail of the last segment, (position,
     reason) of the bytes to truncate.  Raises :class:`CorruptLogError` for anything else.
     """
-    seg = Segment(base_offset, path, 0, base_offset)
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return seg, None
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            pos = 0
-            expected = max(base_offset, expected_from)
-            while pos < size:
-                try:
-                    h = read_header(mm, pos)
-                except TornBatchError as e:
-                    if is_last:
-                        return seg, (pos, str(e))
-                    raise CorruptLogError(path, pos, f"incomplete batch in a closed segment ({e})") from None
-                except CorruptBatchError as e:
-                    if is_last and _zero_tail(mm, pos):
-                        return seg, (pos, "zero bytes after the last batch")
-                    if is_last and _batch_ends_at_eof(mm, pos, size):
-                        return seg, (pos, str(e))
-                    raise CorruptLogError(path, pos, str(e)) from None
-                except RecordsError as e:
-                    raise CorruptLogError(path, pos, str(e)) from None
-                if h.base_offset < expected:
-                    raise CorruptLogError(
-                        path, pos, f"batch base offset {h.base_offset} is below the expected {expected}"
-                    )
-                if on_batch is not None:
-                    try:
-                        records = decode_records(mm, h)
-                    except RecordsError as e:
-                        raise CorruptLogError(path, pos, str(e)) from None
-                    on_batch(RecordBatch(h, records))
-                pos = h.end
-                expected = h.next_offset
-                seg.size = pos
-                seg.next_offset = h.next_offset
-                seg.batches += 1
-    return seg, None
-
-
-def _batch_ends_at_eof(buf: mmap.mmap, pos: int, size: int) -> bool:
-    """True when the (CRC-failing) batch at ``pos`` claims exactly the bytes up to the end of file."""
-    if size - pos < 12:
-        return True
-    length = int.from_bytes(buf[pos + 8 : pos + 12], "big", signed=True)
-    return pos + 12 + length == size
+    reader = SegmentReader(path, base_offset, expected_from, is_last=is_last, decode=on_batch is not None)
+    for batch in reader:
+        if on_batch is not None:
+            on_batch(batch)
+    return reader.segment, reader.torn
 
 
 def recover_partition(
@@ -270,14 +305,3 @@ def recover_partition(
         segments.append(seg)
         expected = seg.next_offset
     return segments
-
-
-def iter_segment_batches(path: Path, *, is_last: bool = True) -> Iterator[RecordBatch]:
-    """Batches of one segment file (for tools); stops quietly at a torn tail of a last segment."""
-    from rallypoint.protocol.records import iter_file_batches
-
-    try:
-        yield from iter_file_batches(path)
-    except TornBatchError:
-        if not is_last:
-            raise

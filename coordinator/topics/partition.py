@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import itertools
 from dataclasses import dataclass
 
 from rallypoint.protocol.errors import ErrorCode
-
-from .producers import ProducerStates
-from .records import (
-    BatchError,
+from rallypoint.protocol.records import (
+    DEFAULT_MAX_UNCOMPRESSED,
     BatchHeader,
-    assign_offset,
+    RecordsError,
+    iter_record_times,
     parse_header,
-    record_timestamps,
-    split_batches,
-    validate_client_batch,
+    with_base_offset,
+    with_max_timestamp,
 )
+
+from .log_validator import BatchError, Checked
+from .producers import ProducerStates
 
 LEADER_EPOCH = 0
 NO_TIMESTAMP = -1
@@ -60,6 +62,9 @@ class PartitionLog:
         self._base: list[int] = []
         self._pos: list[int] = []  # cumulative byte position of each batch
         self._max_ts: list[int] = []
+        # running maximum of _max_ts (never decreases): bisected by offset_for_timestamp
+        self._max_ts_so_far: list[int] = []
+        self._max_ts_offset: list[int] = []  # offset of the record holding each batch's max timestamp
         self._batches: list[bytes] = []
         self._head = 0
         self._end_pos = 0
@@ -103,10 +108,11 @@ class PartitionLog:
     # ------------------------------------------------------------------ append
 
     def append_client_batch(
-        self, data: bytes, pos: int, size: int, *, max_message_bytes: int, retention_bytes: int
+        self, data: bytes, pos: int, size: int, h: BatchHeader, checked: Checked, *, retention_bytes: int
     ) -> AppendResult:
-        """Validate and append one produced batch (Kafka's ``UnifiedLog.append`` for a client)."""
-        h = validate_client_batch(data, pos, size, max_message_bytes)
+        """Append one produced batch that passed ``log_validator`` (its header ``h`` and the
+        ``checked`` walk of its records), after the idempotent-producer checks of Kafka's
+        ``UnifiedLog.analyzeAndValidateProducerState``."""
         entry = None
         if h.has_producer_id:
             entry = self.producers.get(h.producer_id)
@@ -117,18 +123,26 @@ class PartitionLog:
                 entry.check(h)
             else:
                 entry = self.producers.entry(h.producer_id)
-        base = self._append(data, pos, size, h)
+        base = self._append(data, pos, size, h, checked)
         if entry is not None:
             entry.add(h, base)
         self._retain(retention_bytes)
         return AppendResult(base, self.log_start_offset)
 
-    def _append(self, data: bytes, pos: int, size: int, h: BatchHeader) -> int:
+    def _append(self, data: bytes, pos: int, size: int, h: BatchHeader, checked: Checked) -> int:
         base = self.next_offset
-        batch = assign_offset(data, pos, size, base, LEADER_EPOCH)
+        batch = with_base_offset(data, pos, size, base, LEADER_EPOCH)
+        max_ts = checked.max_timestamp
+        if max_ts != h.max_timestamp:
+            # LogValidator stores the largest timestamp its walk found (setMaxTimestamp), not the
+            # producer's claim: the CRC is recomputed then.
+            batch = with_max_timestamp(batch, max_ts)
         self._base.append(base)
         self._pos.append(self._end_pos)
-        self._max_ts.append(h.max_timestamp)
+        self._max_ts.append(max_ts)
+        prev = self._max_ts_so_far[-1] if self._max_ts_so_far else NO_TIMESTAMP
+        self._max_ts_so_far.append(max(prev, max_ts))
+        self._max_ts_offset.append(base + checked.offset_delta_of_max)
         self._batches.append(batch)
         self._end_pos += size
         self.next_offset = base + h.last_offset_delta + 1
@@ -151,6 +165,8 @@ class PartitionLog:
         self.producers.truncate_head(self.log_start_offset)
         if head > 1024 and head * 2 > len(self._batches):
             del self._base[:head], self._pos[:head], self._max_ts[:head], self._batches[:head]
+            del self._max_ts_offset[:head]
+            self._max_ts_so_far = list(itertools.accumulate(self._max_ts, max))
             self._head = 0
 
     # ------------------------------------------------------------------ read
@@ -200,56 +216,36 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ timestamps
 
-    def offset_for_timestamp(self, ts: int) -> tuple[int, int] | None:
-        """(timestamp, offset) of the first record with timestamp ≥ ts (``searchForTimestamp``).
-
-        Uncompressed batches are searched record by record.  A compressed batch is never
-        decompressed: if its first record qualifies (base timestamp ≥ ts) the answer is exact,
-        else it is the batch's base offset with its max timestamp (an approximation).
-        """
-        for i in range(self._head, len(self._batches)):
-            if self._max_ts[i] < ts:
-                continue
-            recs = record_timestamps(self._batches[i])
-            if recs is not None:
-                for off, rts in recs:
-                    if rts >= ts and off >= self.log_start_offset:
-                        return rts, off
-                continue
-            # Compressed: if the first record qualifies the answer is exact, else approximate.
-            h = parse_header(self._batches[i])
-            if h.base_timestamp >= ts:
-                return h.base_timestamp, self._base[i]
-            return self._max_ts[i], self._base[i]
-        return None
+    def offset_for_timestamp(self, ts: int, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED) -> tuple[int, int] | None:
+        """(timestamp, offset) of the first record with timestamp ≥ ts (Kafka's
+        ``FileRecords.searchForTimestamp``): the first batch whose max timestamp reaches ``ts``
+        holds it; that batch alone is walked (decompressed if need be).  Its records were
+        validated on append, so the walk is bounded by its bytes."""
+        i = bisect.bisect_left(self._max_ts_so_far, ts, lo=self._head)
+        n = len(self._batches)
+        while i < n and self._max_ts[i] < ts:
+            i += 1  # only when the running maximum came from a batch retention dropped
+        if i >= n:
+            return None
+        batch = self._batches[i]
+        try:
+            for offset, rts in iter_record_times(batch, parse_header(batch), max_uncompressed):
+                if rts >= ts and offset >= self.log_start_offset:
+                    return rts, offset
+        except RecordsError:
+            pass  # not after a successful append; answer with the batch as a whole
+        return self._max_ts[i], self._base[i]
 
     def max_timestamp_offset(self) -> tuple[int, int] | None:
-        """(timestamp, offset) of the record with the largest timestamp (ListOffsets -3)."""
-        best = -1
+        """(timestamp, offset) of the first record with the largest timestamp (ListOffsets -3)."""
+        best = NO_TIMESTAMP
         best_i = -1
         for i in range(self._head, len(self._batches)):
             if self._max_ts[i] > best:
                 best, best_i = self._max_ts[i], i
         if best_i < 0:
             return None
-        recs = record_timestamps(self._batches[best_i])
-        if recs:
-            for off, rts in recs:
-                if rts == best:
-                    return rts, off
-        h_last = self._base[best_i + 1] - 1 if best_i + 1 < len(self._base) else self.next_offset - 1
-        return best, h_last
-
-    # ------------------------------------------------------------------ internal writers
-
-    def append_internal(self, data: bytes) -> int:
-        """Append already-built batches (e.g. mirrored ``__consumer_offsets`` records).
-
-        No client validation; offsets are assigned here.  Returns the first offset."""
-        first = self.next_offset
-        for pos, size in split_batches(data):
-            self._append(data, pos, size, parse_header(data, pos))
-        return first
+        return best, self._max_ts_offset[best_i]
 
 
 __all__ = ["AppendResult", "BatchError", "ErrorCode", "OffsetOutOfRange", "PartitionLog", "ReadResult"]

@@ -20,8 +20,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.records import INT32_MAX, NO_SEQUENCE, BatchHeader, decrement_sequence
 
-from .records import INT32_MAX, NO_SEQUENCE, BatchError, BatchHeader, decrement_sequence
+from .log_validator import BatchError
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1

@@ -1,4 +1,5 @@
-"""Synthetic ``__consumer_offsets`` logs for tests and the benchmark (encoded with ``protocol/``).
+"""Synthetic ``__consumer_offsets`` logs for tests and the benchmark (encoded with ``protocol/``,
+laid out with the broker's own segment naming from ``coordinator/storage``).
 
 A seeded simulation of consumer groups: commits, members joining and leaving (a new generation
 each time, with range assignments), static members rejoining under a new member id (same
@@ -11,10 +12,14 @@ the end-to-end test with real clients.
 
 from __future__ import annotations
 
+import array
 import random
 import struct
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rallypoint.protocol import offsets_schema as schema
 from rallypoint.protocol import records as rec
@@ -25,6 +30,8 @@ from rallypoint.protocol.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
+from rallypoint.storage.recovery import replay_partition
+from rallypoint.storage.segments import list_partition_dirs, partition_dir, segment_name
 
 Entry = tuple[bytes, bytes | None]
 
@@ -49,12 +56,12 @@ class LogWriter:
         self.records = 0
         self.batches = 0
         for p in range(num_partitions):
-            (self.data_dir / f"__consumer_offsets-{p}").mkdir(parents=True, exist_ok=True)
+            partition_dir(self.data_dir, p).mkdir(parents=True, exist_ok=True)
 
     def _write(self, p: int, data: bytes, base: int) -> None:
         path = self.seg_path[p]
         if path is None or self.seg_size[p] >= self.segment_bytes:
-            path = self.data_dir / f"__consumer_offsets-{p}" / f"{base:020d}.log"
+            path = partition_dir(self.data_dir, p) / segment_name(base)
             self.seg_path[p] = path
             self.seg_size[p] = 0
         with open(path, "ab") as f:
@@ -371,3 +378,61 @@ def group_entry(
     )
     k, v = schema.encode_record(key, value)
     return k, v
+
+
+# --- where groups live ----------------------------------------------------------------------------
+
+
+def java_hash_code(s: str) -> int:
+    """String.hashCode computed independently of the product: s[0]*31^(n-1) + ... + s[n-1] over
+    UTF-16 code units, as a signed 32-bit int."""
+    units = array.array("H")
+    units.frombytes(s.encode("utf-16-le" if sys.byteorder == "little" else "utf-16-be"))
+    n = len(units)
+    total = sum(u * pow(31, n - 1 - i, 1 << 32) for i, u in enumerate(units)) % (1 << 32)
+    return total - (1 << 32) if total >= 1 << 31 else total
+
+
+def old_partition_for(group: str, n: int) -> int:
+    """Where rallypoint put a group before following Kafka's ``Utils.abs``: the Java hash masked
+    with 0x7fffffff (wrong for every negative hash)."""
+    h = java_hash_code(group)
+    return (h & 0x7FFFFFFF if h != -(2**31) else 0) % n
+
+
+def write_old_layout(data_dir: Path, n: int, records: dict[int, Sequence[tuple[Any, Any]]]) -> None:
+    """A data dir as such a broker left it: every partition directory, and ``records``
+    ((key, value or None) pairs of ``offsets_schema``) in the partitions given."""
+    for p in range(n):
+        pdir = partition_dir(data_dir, p)
+        pdir.mkdir(parents=True, exist_ok=True)
+        if p in records:
+            entries = [schema.encode_record(k, v) for k, v in records[p]]
+            (pdir / segment_name(0)).write_bytes(rec.build_batch(0, entries, 1000))
+
+
+# --- the reference: what the broker's loader rebuilds -----------------------------------------------
+
+# (broker, log partition, group, topic, partition)
+OffsetKey = tuple[str, int, str, str, int]
+
+
+@dataclass
+class Loaded:
+    offsets: dict[OffsetKey, schema.OffsetCommitValue]
+    records: int  # records read (control records included)
+    damaged_partitions: int  # partitions whose reading stopped at damage
+
+
+def load_offsets(data_dirs: Sequence[tuple[str, Path]]) -> Loaded:
+    """The committed offsets the broker's own recovery and loader (``coordinator/storage``) rebuild
+    from each (broker name, data dir), every partition read up to its first damage without
+    repairing anything: what the pipeline's ``offsets_latest`` must equal."""
+    out = Loaded({}, 0, 0)
+    for broker, data_dir in data_dirs:
+        for n, pdir in list_partition_dirs(Path(data_dir)).items():
+            rp = replay_partition(pdir, n, repair=False, stop_at_damage=True)
+            out.records += rp.state.records
+            out.damaged_partitions += rp.damage is not None
+            out.offsets.update({(broker, n, k.group, k.topic, k.partition): v for k, v in rp.state.offsets.items()})
+    return out

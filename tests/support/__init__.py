@@ -23,7 +23,7 @@ from typing import Any
 
 from rallypoint.protocol import codec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 20.0
 
 
