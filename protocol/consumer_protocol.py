@@ -107,12 +107,12 @@ def decode_subscription_topics(data: bytes) -> tuple[str, ...]:
     learns a classic group's topics (``ClassicGroup.computeSubscribedTopics``).  Any negative
     user-data length reads as null, as in Kafka's generated readers.  Raises
     :class:`ConsumerProtocolError` when that prefix does not parse."""
-    r = _Reader(bytes(data))
+    r = _reader(data)
     r.int16()  # the version: every version starts with the v0 fields
-    topics = tuple(r.string() for _ in range(r.count()))
+    topics = tuple(r.string() for _ in range(r.array_length()))
     n = r.int32()
     if n >= 0:
-        r._take(n)
+        r.take(n)
     return topics
 
 
