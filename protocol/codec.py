@@ -103,16 +103,19 @@ def _writer(cls: type) -> Any:
     return entity_writer(cls)
 
 
-def decode_request(api_key: int, version: int, body: bytes | memoryview, offset: int = 0) -> Message:
+def decode_request(
+    api_key: int, version: int, body: bytes | memoryview, offset: int = 0, max_elements: int | None = None
+) -> Message:
     """Decode the body of a request from the network.
 
     Never kio's native reader directly: :mod:`protocol.tagged` bounds array lengths (the
     native reader aborts the process on a huge one) and skips unknown tagged fields, as
-    Kafka does.
+    Kafka does.  ``max_elements`` bounds the array elements and tagged fields of the whole
+    request (``rallypoint.request.max.elements``; docs/reliability.md, "Limits").
     """
     cls = request_class(api_key, version)
     try:
-        msg, _end = tagged.read(cls, body, offset)
+        msg, _end = tagged.read(cls, body, offset, max_elements)
         return msg
     except (BufferUnderflow, ValueError, IndexError, UnicodeDecodeError, OverflowError) as e:
         raise DecodeError(f"undecodable api {api_key} v{version} body: {e}") from e
@@ -128,6 +131,26 @@ def decode_response(api_key: int, version: int, body: bytes | memoryview, offset
         return msg
     except (BufferUnderflow, ValueError, IndexError, UnicodeDecodeError, OverflowError) as e:
         raise DecodeError(f"undecodable api {api_key} v{version} response: {e}") from e
+
+
+def count_elements(data: Any, stop_at: int) -> int:
+    """How many list/tuple items ``data`` (a handler's answer) holds, counting up to ``stop_at``.
+
+    Cheap: it stops as soon as ``stop_at`` is reached, so the server can tell a small answer
+    (encoded at once) from a large one (encoded off the event loop) without walking it all.
+    """
+    count = 0
+    stack = [data]
+    while stack and count < stop_at:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            stack.extend(v for v in item.values() if isinstance(v, Mapping | list | tuple))
+        elif isinstance(item, list | tuple):
+            count += len(item)
+            if count >= stop_at:
+                break
+            stack.extend(v for v in item if isinstance(v, Mapping | list | tuple))
+    return count
 
 
 def encode_message(msg: Message) -> bytes:
