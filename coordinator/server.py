@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
 import struct
 from collections import Counter
@@ -116,6 +117,10 @@ class Server:
 
     async def start(self) -> None:
         await self.broker.start()
+        # What start-up built (schema classes, handlers, loaded state) lives as long as the
+        # process: keep it out of the garbage collector's full passes, whose pauses grow with
+        # every object they walk and would stall all connections at once.
+        gc.freeze()
         try:
             self._server = await asyncio.start_server(
                 self._on_connect, self.host, self.port, reuse_address=True, limit=_READ_AHEAD
@@ -239,7 +244,7 @@ class Server:
             if not chunk:
                 raise asyncio.IncompleteReadError(bytes(body), size)
             body += chunk
-        return memoryview(body)
+        return memoryview(body).toreadonly()  # kio reads only read-only buffers
 
     async def _serve_connection(
         self, cid: int, client_host: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_writer
 from kio.serial.errors import BufferUnderflow
 
-from . import framing, tagged
+from . import framing, metadata_response, tagged
 
 Message = Any  # a kio dataclass instance
 
@@ -277,9 +277,15 @@ def build_request(api_key: int, version: int, data: Mapping[str, Any]) -> Messag
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, data: Mapping[str, Any] | Message) -> bytes:
-    """A whole response frame (size prefix, header, body)."""
-    msg = data if not isinstance(data, Mapping) else build_response(api_key, version, data)
-    body = encode_message(msg)
+    """A whole response frame (size prefix, header, body).
+
+    Metadata answers given as dicts take :mod:`protocol.metadata_response` (same bytes, a
+    fraction of the time: they grow with the broker's topics and partitions)."""
+    if api_key == metadata_response.API_KEY and isinstance(data, Mapping):
+        body = metadata_response.encode(version, data)
+    else:
+        msg = data if not isinstance(data, Mapping) else build_response(api_key, version, data)
+        body = encode_message(msg)
     header = framing.response_header(correlation_id, response_header_version(api_key, version))
     return framing.frame(header + body)
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..slicing import Slicer
 from ..topics import TopicError
 from ..topics import configs as topic_configs
 
@@ -176,7 +177,9 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
 
     # Phase 2: create (a topic another connection created meanwhile is answered as such).
     results: list[dict[str, Any]] = []
+    slicer = Slicer()
     for t in unique:
+        await slicer.tick()
         name = t.name
         plan = outcome[name]
         if isinstance(plan, TopicError):

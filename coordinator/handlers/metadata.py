@@ -21,12 +21,12 @@ Answers are built in slices that yield to other connections.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..slicing import Slicer
 from ..topics import Topic, TopicError
 from ..topics.store import INTERNAL_TOPICS, validate_topic_name
 
@@ -35,18 +35,15 @@ API_KEY = 3
 # Kafka's "no authorized operations computed" sentinel.
 _AUTHZ_OPS_UNSET = -2147483648
 ZERO_UUID = uuid.UUID(int=0)
-# Partition entries built between two yields to the event loop.
-_SLICE = 2000
+# Partition entries built between two checks of the time slice.
+_PARTITIONS_PER_TICK = 200
 
 
-def topic_entry(ctx: Any, topic: Topic) -> dict[str, Any]:
+async def topic_entry(ctx: Any, topic: Topic, slicer: Slicer) -> dict[str, Any]:
     node = ctx.broker.node_id
-    return {
-        "error_code": ErrorCode.NONE,
-        "name": topic.name,
-        "topic_id": topic.topic_id,
-        "is_internal": topic.is_internal,
-        "partitions": [
+    partitions: list[dict[str, Any]] = []
+    for first in range(0, topic.num_partitions, _PARTITIONS_PER_TICK):
+        partitions.extend(
             {
                 "error_code": ErrorCode.NONE,
                 "partition_index": p,
@@ -56,8 +53,15 @@ def topic_entry(ctx: Any, topic: Topic) -> dict[str, Any]:
                 "isr_nodes": [node],
                 "offline_replicas": [],
             }
-            for p in range(topic.num_partitions)
-        ],
+            for p in range(first, min(first + _PARTITIONS_PER_TICK, topic.num_partitions))
+        )
+        await slicer.tick()
+    return {
+        "error_code": ErrorCode.NONE,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.is_internal,
+        "partitions": partitions,
         "topic_authorized_operations": _AUTHZ_OPS_UNSET,
     }
 
@@ -95,19 +99,6 @@ def _invalid_request(requested: Any) -> dict[str, Any]:
     }
 
 
-class _Slicer:
-    """Yield to the event loop after about ``_SLICE`` partition entries."""
-
-    def __init__(self) -> None:
-        self.built = 0
-
-    async def add(self, n: int) -> None:
-        self.built += n
-        if self.built >= _SLICE:
-            self.built = 0
-            await asyncio.sleep(0)
-
-
 async def handle(ctx: Any, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     version = ctx.api_version
@@ -125,12 +116,11 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
     config = broker.config
     topics_left = config["rallypoint.auto.create.topics.max.per.request"]
     partitions_left = config["rallypoint.create.max.partitions"]
-    slicer = _Slicer()
+    slicer = Slicer()
     topics: list[dict[str, Any]] = []
     if all_topics:
         for t in store.all():
-            topics.append(topic_entry(ctx, t))
-            await slicer.add(t.num_partitions + 1)
+            topics.append(await topic_entry(ctx, t, slicer))
     else:
         seen_names: set[str] = set()
         seen_ids: set[uuid.UUID | None] = set()
@@ -142,15 +132,16 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
                     continue
                 seen_ids.add(topic_id)
                 topic = store.by_id(topic_id) if topic_id is not None else None
+                await slicer.tick()
                 if topic is None:
                     topics.append(_error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
                 else:
-                    topics.append(topic_entry(ctx, topic))
-                    await slicer.add(topic.num_partitions + 1)
+                    topics.append(await topic_entry(ctx, topic, slicer))
                 continue
             if name in seen_names:
                 continue
             seen_names.add(name)
+            await slicer.tick()
             topic = store.get(name)
             if topic is None:
                 try:
@@ -174,8 +165,7 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
                     continue
                 topics_left -= 1
                 partitions_left -= n
-            topics.append(topic_entry(ctx, topic))
-            await slicer.add(topic.num_partitions + 1)
+            topics.append(await topic_entry(ctx, topic, slicer))
     return {
         "throttle_time": 0,
         "brokers": [

@@ -32,6 +32,7 @@ from typing import Any
 from rallypoint.protocol.errors import ErrorCode
 
 from ..logger import get as get_logger
+from ..slicing import Slicer
 from . import configs as topic_configs
 from .errors import TopicError
 from .fetch_sessions import FetchSessionCache
@@ -51,8 +52,8 @@ STATE_FILE = "topics.json"
 FLUSH_INTERVAL_S = 1.0
 PRODUCER_ID_BLOCK = 1000
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
-# Partition logs built between two yields to the event loop (build_partitions).
-PARTITIONS_PER_SLICE = 2000
+# Partition logs built between two checks of the time slice (build_partitions).
+PARTITIONS_PER_SLICE = 100
 
 
 class TopicStateError(Exception):
@@ -248,10 +249,10 @@ class TopicStore:
         """Empty partition logs ``start`` .. ``start + count - 1`` of topic ``name``, built in
         slices that yield to the event loop (a large topic does not stall other connections)."""
         out: list[PartitionLog] = []
+        slicer = Slicer()
         for first in range(start, start + count, PARTITIONS_PER_SLICE):
             out.extend(PartitionLog(name, i) for i in range(first, min(first + PARTITIONS_PER_SLICE, start + count)))
-            if first + PARTITIONS_PER_SLICE < start + count:
-                await asyncio.sleep(0)
+            await slicer.tick()
         return out
 
     def _add(self, topic: Topic) -> None:
