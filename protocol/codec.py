@@ -134,22 +134,29 @@ def decode_response(api_key: int, version: int, body: bytes | memoryview, offset
 
 
 def count_elements(data: Any, stop_at: int) -> int:
-    """How many list/tuple items ``data`` (a handler's answer) holds, counting up to ``stop_at``.
+    """How many array items ``data`` (a handler's answer: dicts and lists) holds, counting up
+    to ``stop_at``.
 
-    Cheap: it stops as soon as ``stop_at`` is reached, so the server can tell a small answer
-    (encoded at once) from a large one (encoded off the event loop) without walking it all.
+    Cheap: lists of plain values are counted by their length without being walked, and it
+    stops as soon as ``stop_at`` is reached, so the server can tell a small answer (encoded at
+    once) from a large one (encoded off the event loop).
     """
+    if type(data) is not dict:
+        return 0
     count = 0
-    stack = [data]
-    while stack and count < stop_at:
-        item = stack.pop()
-        if isinstance(item, Mapping):
-            stack.extend(v for v in item.values() if isinstance(v, Mapping | list | tuple))
-        elif isinstance(item, list | tuple):
-            count += len(item)
-            if count >= stop_at:
-                break
-            stack.extend(v for v in item if isinstance(v, Mapping | list | tuple))
+    stack: list[dict[str, Any]] = [data]
+    while stack:
+        for v in stack.pop().values():
+            kind = type(v)
+            if kind is list or kind is tuple:
+                n = len(v)
+                count += n
+                if count >= stop_at:
+                    return count
+                if n and type(v[0]) is dict:
+                    stack.extend(v)
+            elif kind is dict:
+                stack.append(v)
     return count
 
 
