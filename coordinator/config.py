@@ -80,6 +80,18 @@ SETTINGS: Final[dict[str, Setting]] = {
         Setting("socket.request.max.bytes", _int_range(1, INT32_MAX), 104857600, "largest request frame"),
         # Connection and request limits: docs/reliability.md, "Limits".
         Setting(
+            "socket.send.buffer.bytes",
+            _int_range(-1, INT32_MAX),
+            102400,
+            "SO_SNDBUF of client connections (-1 = the OS default)",
+        ),
+        Setting(
+            "socket.receive.buffer.bytes",
+            _int_range(-1, INT32_MAX),
+            102400,
+            "SO_RCVBUF of client connections (-1 = the OS default)",
+        ),
+        Setting(
             "queued.max.requests",
             _int_range(1, INT32_MAX),
             500,

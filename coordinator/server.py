@@ -22,7 +22,8 @@ Every closing is one warning line.  Resource limits (docs/reliability.md, "Limit
   all connections together; at the limit, connections wait before decoding the next one;
 * ``rallypoint.connection.max.queued.response.bytes``: answers waiting for a peer that does not
   read; above it the connection's next request waits until the peer reads (then the idle
-  timeout drops it);
+  timeout drops it); ``socket.send.buffer.bytes`` / ``socket.receive.buffer.bytes`` size the
+  kernel's buffers as Kafka does, so they do not grow to megabytes for such a peer either;
 * fairness: a connection whose next request is already buffered yields to the others before
   serving it, so a pipeline of thousands of requests is served interleaved with everyone else;
   a connection the peer reset is noticed at that point and served no further;
@@ -36,6 +37,7 @@ import asyncio
 import contextlib
 import gc
 import itertools
+import socket
 import struct
 from collections import Counter
 from dataclasses import dataclass
@@ -61,6 +63,10 @@ _READ_AHEAD = 64 * 1024
 # Bodies at least this large are decoded in a worker thread (their element count, bounded by
 # rallypoint.request.max.elements, may take milliseconds to walk).
 _DECODE_OFF_LOOP_BYTES = 16 * 1024
+# Requests a connection is served in a row from what it already sent before it takes a turn
+# (Kafka clients keep up to 5 in flight by default, so they rarely need one); see
+# Server._serve_connection.
+_TURN = 8
 # Answers with at least this many array elements are built and encoded in a worker thread.
 _ENCODE_OFF_LOOP_ELEMENTS = 2000
 
@@ -72,6 +78,47 @@ def _frame_buffered(reader: asyncio.StreamReader) -> bool:
         return False
     size = int.from_bytes(buf[:4], "big", signed=True)
     return 0 < size <= len(buf) - 4
+
+
+class _Answers:
+    """A connection's answers not yet handed to its socket.
+
+    Answers made while the connection's task runs without pausing (requests the client
+    pipelined) are coalesced into one socket write; whenever the task pauses -- a handler
+    waits, it takes its turn, it waits for input -- they go out (a zero-delay timer), so an
+    answer never waits for the requests after it.  Order and content are exactly those of one
+    write per answer; it saves a syscall per answer under load.
+    """
+
+    __slots__ = ("_buf", "_timer", "_writer")
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._buf = bytearray()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._buf)
+
+    def add(self, data: bytes) -> None:
+        if not data:
+            return
+        self._buf += data
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(0, self.flush)
+
+    def flush(self) -> None:
+        self.cancel()
+        if self._buf:
+            data = bytes(self._buf)
+            self._buf.clear()
+            if not self._writer.transport.is_closing():
+                self._writer.write(data)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class _Idle(Exception):
@@ -105,7 +152,10 @@ class Server:
         idle_ms: int = cfg["connections.max.idle.ms"]
         self.idle_timeout_s: float | None = None if idle_ms < 0 else idle_ms / 1000
         self.max_queued_response_bytes: int = cfg["rallypoint.connection.max.queued.response.bytes"]
+        self.send_buffer_bytes: int = cfg["socket.send.buffer.bytes"]
+        self.receive_buffer_bytes: int = cfg["socket.receive.buffer.bytes"]
         self._request_slots = asyncio.Semaphore(cfg["queued.max.requests"])
+        self._pipeline_turn = asyncio.Lock()
         self.handlers = load_handlers()
         self._server: asyncio.base_events.Server | None = None
         self._conn_ids = itertools.count(1)
@@ -205,6 +255,7 @@ class Server:
         self._per_ip[client_host] += 1
         # drain() waits while more than this many answer bytes wait for the peer.
         writer.transport.set_write_buffer_limits(high=self.max_queued_response_bytes)
+        self._size_socket_buffers(writer)
         try:
             await self._serve_connection(cid, client_host, reader, writer)
         except asyncio.CancelledError:
@@ -223,6 +274,18 @@ class Server:
             self._busy.discard(cid)
             with contextlib.suppress(Exception):
                 writer.close()
+
+    def _size_socket_buffers(self, writer: asyncio.StreamWriter) -> None:
+        """Kafka's socket.send/receive.buffer.bytes: a fixed kernel buffer (no autotuning to
+        megabytes), so a peer that does not read is paused after about this much."""
+        sock = writer.get_extra_info("socket")
+        if sock is None:
+            return
+        with contextlib.suppress(OSError):
+            if self.send_buffer_bytes >= 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+            if self.receive_buffer_bytes >= 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
 
     async def _idle_bound(self, aw: Any, doing: str) -> Any:
         """``aw`` within connections.max.idle.ms, else :class:`_Idle`."""
@@ -249,19 +312,30 @@ class Server:
     async def _serve_connection(
         self, cid: int, client_host: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        # Answers to requests the client pipelined are coalesced into one socket write: while
-        # the next request is already buffered, its answer joins the pending bytes; they go out
-        # before we wait for more input, or once rallypoint.connection.max.queued.response.bytes
-        # are pending.  Order and content are exactly as one write per answer (Kafka answers a
-        # connection's requests one at a time, in order); it saves a syscall per answer under load.
-        pending = bytearray()
+        out = _Answers(writer)
         transport = writer.transport
+        streak = 0  # requests served in a row from what was already buffered
         try:
             while not self._closing:
                 if _frame_buffered(reader):
-                    # The next request is already here: let other connections run first (and
-                    # notice a reset: the transport closes once the loop processes it).
-                    await asyncio.sleep(0)
+                    # The next request is already here (the client pipelines).  Every _TURN of
+                    # them, let the others run (answers made so far go out meanwhile) and notice
+                    # a reset (the transport closes once the loop sees it).  Deep pipelines take
+                    # these turns at a gate that lets one of them through per event-loop
+                    # iteration, so requests that just arrived elsewhere are served in between,
+                    # however many connections pipeline.
+                    streak += 1
+                    if streak % _TURN == 0:
+                        async with self._pipeline_turn:
+                            await asyncio.sleep(0)
+                        out.flush()
+                        await self._idle_bound(writer.drain(), "the peer does not read its answers")
+                else:
+                    streak = 0
+                    out.flush()
+                    await self._idle_bound(writer.drain(), "the peer does not read its answers")
+                    if not out:
+                        self._busy.discard(cid)
                 if transport.is_closing() or reader.exception() is not None:
                     return  # the peer is gone: serve nothing more
                 try:
@@ -285,21 +359,19 @@ class Server:
                     return
                 # Busy until the answer is handed to the socket: shutdown waits for it.
                 self._busy.add(cid)
-                out = await self._process(cid, client_host, body)
+                answer = await self._process(cid, client_host, body)
                 del body
-                if out is None:
+                if answer is None:
                     return  # close the connection (answers already made go out first, below)
-                pending += out
-                if pending and (len(pending) >= self.max_queued_response_bytes or not _frame_buffered(reader)):
-                    writer.write(bytes(pending))
-                    pending.clear()
+                out.add(answer)
+                if len(out) >= self.max_queued_response_bytes:
+                    out.flush()
                     await self._idle_bound(writer.drain(), "the peer does not read its answers")
-                if not pending:
-                    self._busy.discard(cid)
         finally:
-            if pending and not transport.is_closing():
+            if not transport.is_closing():
                 with contextlib.suppress(Exception):
-                    writer.write(bytes(pending))
+                    out.flush()
+            out.cancel()
 
     async def _process(self, cid: int, client_host: str, body: bytes | memoryview) -> bytes | None:
         """The response frame, b"" for no response, or None to close the connection."""

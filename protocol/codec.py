@@ -134,30 +134,48 @@ def decode_response(api_key: int, version: int, body: bytes | memoryview, offset
 
 
 def count_elements(data: Any, stop_at: int) -> int:
-    """How many array items ``data`` (a handler's answer: dicts and lists) holds, counting up
-    to ``stop_at``.
+    """How many structs ``data`` (a handler's answer: dicts and lists) holds in its arrays,
+    counting up to ``stop_at``.
 
-    Cheap: lists of plain values are counted by their length without being walked, and it
-    stops as soon as ``stop_at`` is reached, so the server can tell a small answer (encoded at
-    once) from a large one (encoded off the event loop).
+    Cheap, so the server can tell a small answer (encoded at once) from a large one (encoded
+    off the event loop) for every request: it stops at ``stop_at``, and in an array of structs
+    it only looks at the fields that hold structs in the array's first element (or empty
+    arrays), so leaf structs such as partition entries cost a dict lookup or two each.
     """
     if type(data) is not dict:
         return 0
     count = 0
-    stack: list[dict[str, Any]] = [data]
-    while stack:
-        for v in stack.pop().values():
-            kind = type(v)
-            if kind is list or kind is tuple:
-                n = len(v)
-                count += n
-                if count >= stop_at:
-                    return count
-                if n and type(v[0]) is dict:
-                    stack.extend(v)
-            elif kind is dict:
-                stack.append(v)
+    pending: list[list[Any] | tuple[Any, ...]] = [[data]]
+    while pending:
+        items = pending.pop()
+        keys = _nesting_keys(items[0])
+        if not keys:
+            continue
+        for item in items:
+            for key in keys:
+                v = item.get(key) if type(item) is dict else None
+                kind = type(v)
+                if kind is list or kind is tuple:
+                    if v:
+                        count += len(v)
+                        if count >= stop_at:
+                            return count
+                        if type(v[0]) is dict:
+                            pending.append(v)
+                elif kind is dict:
+                    pending.append([v])
     return count
+
+
+def _nesting_keys(d: Any) -> list[str]:
+    if type(d) is not dict:
+        return []
+    keys = []
+    for k, v in d.items():
+        kind = type(v)
+        if kind is dict or ((kind is list or kind is tuple) and (not v or type(v[0]) is dict)):
+            keys.append(k)
+    return keys
 
 
 def encode_message(msg: Message) -> bytes:

@@ -148,16 +148,24 @@ def _topic(out: _Out, version: int, t: Mapping[str, Any]) -> None:
     out.length(len(partitions))
     with_epoch = version >= 7
     head = _PARTITION_HEAD[with_epoch]
+    # Partitions mostly share their replica lists: encode each distinct tail once.
+    tails: dict[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], bytes] = {}
     for p in partitions:
         if with_epoch:
             buf += head.pack(p.get("error_code", 0), p["partition_index"], p["leader_id"], p.get("leader_epoch", -1))
         else:
             buf += head.pack(p.get("error_code", 0), p["partition_index"], p["leader_id"])
-        out.int32s(p.get("replica_nodes", ()))
-        out.int32s(p.get("isr_nodes", ()))
-        if version >= 5:
-            out.int32s(p.get("offline_replicas", ()))
-        out.tags()
+        key = (tuple(p.get("replica_nodes", ())), tuple(p.get("isr_nodes", ())), tuple(p.get("offline_replicas", ())))
+        tail = tails.get(key)
+        if tail is None:
+            part = _Out(out.flexible)
+            part.int32s(key[0])
+            part.int32s(key[1])
+            if version >= 5:
+                part.int32s(key[2])
+            part.tags()
+            tail = tails[key] = bytes(part.buf)
+        buf += tail
     if version >= 8:
         buf += _I32.pack(t.get("topic_authorized_operations", _AUTHZ_UNSET))
     out.tags()

@@ -115,6 +115,16 @@ def closed_within(s: socket.socket, timeout: float) -> bool:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(data_dir=tmp_path, config={}).start()
+    try:
+        yield b
+    finally:
+        b.kill()
+
+
+@pytest.fixture
+def idle_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker that drops connections after IDLE_MS without progress."""
     b = BrokerProcess(data_dir=tmp_path, config={"connections.max.idle.ms": str(IDLE_MS)}).start()
     try:
         yield b
@@ -220,7 +230,8 @@ def test_connections_beyond_the_limit_are_closed(tmp_path: Path, key: str) -> No
 # --------------------------------------------------------------------------- idle connections
 
 
-def test_idle_connections_are_closed_and_busy_ones_kept(broker: BrokerProcess) -> None:
+def test_idle_connections_are_closed_and_busy_ones_kept(idle_broker: BrokerProcess) -> None:
+    broker = idle_broker
     idle = socket.create_connection((broker.host, broker.port), timeout=WAIT)
     stalled = socket.create_connection((broker.host, broker.port), timeout=WAIT)
     stalled.sendall(struct.pack(">i", 100 * 2**20) + b"\x00\x12\x00")  # 100 MB announced, 3 bytes sent
@@ -240,7 +251,8 @@ def test_idle_connections_are_closed_and_busy_ones_kept(broker: BrokerProcess) -
     _no_errors(broker)
 
 
-def test_a_peer_that_does_not_read_is_paused_then_dropped(broker: BrokerProcess) -> None:
+def test_a_peer_that_does_not_read_is_paused_then_dropped(idle_broker: BrokerProcess) -> None:
+    broker = idle_broker
     """Answers pile up only to rallypoint.connection.max.queued.response.bytes (plus socket
     buffers); the broker then stops serving that peer, and drops it after the idle timeout."""
     assert broker.proc is not None
@@ -303,7 +315,8 @@ def test_parked_requests_do_not_hold_the_request_queue(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- hostile crowds
 
 
-def test_stalled_frames_and_non_reading_pipeliners_leave_rss_bounded(broker: BrokerProcess) -> None:
+def test_stalled_frames_and_non_reading_pipeliners_leave_rss_bounded(idle_broker: BrokerProcess) -> None:
+    broker = idle_broker
     """The issue's last probes at a quarter of their size (bench/hostile.py: full size): 50
     connections announce 100 MB frames and stall; 50 pipeline 500 Metadata requests and never
     read (the kernel's socket buffers take these answers; the test above fills them)."""

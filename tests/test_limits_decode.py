@@ -171,11 +171,14 @@ def test_a_repeated_known_tagged_field_decodes_in_linear_time() -> None:
 # --------------------------------------------------------------------------- count_elements
 
 
-def test_count_elements_stops_at_the_bound() -> None:
-    data = {"topics": [{"partitions": list(range(10))} for _ in range(5)], "x": 1}
-    assert codec.count_elements(data, 10**6) == 55
-    assert codec.count_elements(data, 3) >= 3
-    assert codec.count_elements({"a": 1}, 10) == 0
+def test_count_elements_counts_structs_and_stops_at_the_bound() -> None:
+    def topic(n: int) -> dict[str, Any]:
+        return {"partitions": [{"index": i, "replicas": [1, 2]} for i in range(n)], "ids": [1, 2, 3]}
+
+    data = {"topics": [topic(0), topic(10), topic(40)], "x": 1}  # the first one has no partitions
+    assert codec.count_elements(data, 10**6) == 53
+    assert 3 <= codec.count_elements(data, 3) < 53
+    assert codec.count_elements({"a": 1, "ids": list(range(100))}, 10) == 0  # plain values: not structs
 
 
 # --------------------------------------------------------------------------- the Metadata writer
