@@ -114,7 +114,7 @@ SETTINGS: Final[dict[str, Setting]] = {
         Setting(
             "rallypoint.connection.max.queued.response.bytes",
             _int_range(1, INT32_MAX),
-            262144,
+            65536,
             "answers held for a peer that does not read them; above it its requests wait",
         ),
         Setting(
