@@ -91,6 +91,7 @@ class Broker:
             data_dir=self.data_dir,
             retention_bytes=config["log.retention.bytes"],
             max_message_bytes=config["message.max.bytes"],
+            max_partitions=config["rallypoint.max.broker.partitions"],
         )
         self.bound_port: int = config["port"]
         self._components: list[Component] = []

@@ -137,10 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(e.code or 0)
     logger.configure(args.log_format, args.log_level)
     from .storage.errors import OffsetsLogStartError
+    from .topics.store import TopicStateError
 
     try:
         _run(serve(cfg))
-    except (OSError, OffsetsLogStartError) as e:
+    except (OSError, OffsetsLogStartError, TopicStateError) as e:
         print(f"rallypoint: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -78,8 +78,66 @@ SETTINGS: Final[dict[str, Setting]] = {
         Setting("data.dir", _str, "/tmp/rallypoint-data", "directory for the offsets log and metadata"),
         Setting("node.id", _int_range(0, INT32_MAX), 1, "broker id in Metadata"),
         Setting("socket.request.max.bytes", _int_range(1, INT32_MAX), 104857600, "largest request frame"),
+        # Connection and request limits: docs/reliability.md, "Limits".
+        Setting(
+            "socket.send.buffer.bytes",
+            _int_range(-1, INT32_MAX),
+            102400,
+            "SO_SNDBUF of client connections (-1 = the OS default)",
+        ),
+        Setting(
+            "socket.receive.buffer.bytes",
+            _int_range(-1, INT32_MAX),
+            102400,
+            "SO_RCVBUF of client connections (-1 = the OS default)",
+        ),
+        Setting(
+            "queued.max.requests",
+            _int_range(1, INT32_MAX),
+            500,
+            "requests read and not yet handed to their handler, all connections together; "
+            "at the limit no connection reads more",
+        ),
+        Setting("max.connections", _int_range(0, INT32_MAX), INT32_MAX, "connections at once; more are closed"),
+        Setting(
+            "max.connections.per.ip",
+            _int_range(0, INT32_MAX),
+            INT32_MAX,
+            "connections from one address; more are closed",
+        ),
+        Setting(
+            "connections.max.idle.ms",
+            _int_range(-1, 2**62),
+            600000,
+            "close a connection with no traffic for this long (-1 = never)",
+        ),
+        Setting(
+            "rallypoint.connection.max.queued.response.bytes",
+            _int_range(1, INT32_MAX),
+            65536,
+            "answers held for a peer that does not read them; above it its requests wait",
+        ),
+        Setting(
+            "rallypoint.request.max.elements",
+            _int_range(1, INT32_MAX),
+            100000,
+            "array elements and tagged fields in one request; more closes the connection",
+        ),
         Setting("auto.create.topics.enable", _bool, True, "create topics on Metadata/Produce"),
         Setting("num.partitions", _int_range(1, 100000), 1, "partitions of auto-created topics"),
+        Setting(
+            "rallypoint.create.max.partitions",
+            _int_range(1, INT32_MAX),
+            10000,
+            "new partitions one CreateTopics or CreatePartitions may add (Kafka: 10000)",
+        ),
+        Setting("rallypoint.max.broker.partitions", _int_range(1, INT32_MAX), 50000, "partitions of all topics"),
+        Setting(
+            "rallypoint.auto.create.topics.max.per.request",
+            _int_range(0, INT32_MAX),
+            1000,
+            "topics one Metadata request may auto-create",
+        ),
         Setting("message.max.bytes", _int_range(0, INT32_MAX), 1048588, "largest record batch a producer may send"),
         Setting(
             "rallypoint.max.uncompressed.batch.bytes",

@@ -1,4 +1,4 @@
-"""The asyncio TCP server: connections, framing, in-order responses, graceful shutdown.
+"""The asyncio TCP server: connections, framing, in-order responses, limits, graceful shutdown.
 
 Like Kafka, a connection's next request is read only after the previous one is answered
 (Kafka mutes the channel while a request is in flight), so responses go out in request
@@ -8,17 +8,39 @@ order even when a JoinGroup waits for seconds.  Bad input affects only its own c
 * unknown API key, or an unsupported version of anything but ApiVersions → close, as Kafka
   does (it cannot parse the request);
 * ApiVersions at a version we do not serve → v0-format UNSUPPORTED_VERSION with our ranges;
-* undecodable body or truncated frame → close;
+* undecodable body or truncated frame → close (a null non-nullable array and more than
+  ``rallypoint.request.max.elements`` elements are undecodable: :mod:`protocol.tagged`);
 * a handler that fails → Kafka's generic error response (UNKNOWN_SERVER_ERROR) where the
   response has a top-level error code, else close.
+
+Every closing is one warning line.  Resource limits (docs/reliability.md, "Limits"):
+
+* ``max.connections`` / ``max.connections.per.ip``: a connection beyond them is closed at once;
+* ``connections.max.idle.ms``: a connection that sends nothing, or does not read what it is
+  sent, for that long is closed;
+* ``queued.max.requests``: requests read and not yet handed to their handler (being decoded),
+  all connections together; at the limit, connections wait before decoding the next one;
+* ``rallypoint.connection.max.queued.response.bytes``: answers waiting for a peer that does not
+  read; above it the connection's next request waits until the peer reads (then the idle
+  timeout drops it); ``socket.send.buffer.bytes`` / ``socket.receive.buffer.bytes`` size the
+  kernel's buffers as Kafka does, so they do not grow to megabytes for such a peer either;
+* fairness: a connection whose next request is already buffered yields to the others before
+  serving it, so a pipeline of thousands of requests is served interleaved with everyone else;
+  a connection the peer reset is noticed at that point and served no further;
+* large bodies are decoded, and large answers built and encoded, in a worker thread, so the
+  event loop keeps serving other connections meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import itertools
+import socket
 import struct
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 from rallypoint.protocol import codec
@@ -35,8 +57,18 @@ log = get_logger("rallypoint.server")
 
 _SIZE = struct.Struct(">i")
 
-# Most bytes of answers held back while more pipelined requests are already buffered.
-_COALESCE_MAX = 256 * 1024
+# Bytes a connection's StreamReader buffers ahead of what is being served (asyncio pauses
+# reading from the socket at twice this).  A frame larger than this is read as it arrives.
+_READ_AHEAD = 64 * 1024
+# Bodies at least this large are decoded in a worker thread (their element count, bounded by
+# rallypoint.request.max.elements, may take milliseconds to walk).
+_DECODE_OFF_LOOP_BYTES = 16 * 1024
+# Requests a connection is served in a row from what it already sent before it takes a turn
+# (Kafka clients keep up to 5 in flight by default, so they rarely need one); see
+# Server._serve_connection.
+_TURN = 8
+# Answers with at least this many array elements are built and encoded in a worker thread.
+_ENCODE_OFF_LOOP_ELEMENTS = 2000
 
 
 def _frame_buffered(reader: asyncio.StreamReader) -> bool:
@@ -48,6 +80,61 @@ def _frame_buffered(reader: asyncio.StreamReader) -> bool:
     return 0 < size <= len(buf) - 4
 
 
+class _Answers:
+    """A connection's answers not yet handed to its socket.
+
+    Answers made while the connection's task runs without pausing (requests the client
+    pipelined) are coalesced into one socket write; whenever the task pauses -- a handler
+    waits, it takes its turn, it waits for input -- they go out (a zero-delay timer), so an
+    answer never waits for the requests after it.  Order and content are exactly those of one
+    write per answer; it saves a syscall per answer under load.
+    """
+
+    __slots__ = ("_buf", "_timer", "_writer")
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._buf = bytearray()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._buf)
+
+    def add(self, data: bytes) -> None:
+        if not data:
+            return
+        self._buf += data
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(0, self.flush)
+
+    def flush(self) -> None:
+        self.cancel()
+        if self._buf:
+            data = bytes(self._buf)
+            self._buf.clear()
+            if not self._writer.transport.is_closing():
+                self._writer.write(data)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class _Idle(Exception):
+    """No progress on a connection for connections.max.idle.ms."""
+
+
+@dataclass
+class _Decoded:
+    api_key: int
+    version: int
+    corr: int
+    api_name: str
+    client_id: str | None
+    request: Any
+
+
 # How long in-flight requests may take to finish once shutdown starts.
 SHUTDOWN_GRACE_S = 5.0
 
@@ -57,20 +144,36 @@ class Server:
         self.broker = broker
         self.host = host
         self.port = port
-        self.max_request_bytes: int = broker.config["socket.request.max.bytes"]
+        cfg = broker.config
+        self.max_request_bytes: int = cfg["socket.request.max.bytes"]
+        self.max_elements: int = cfg["rallypoint.request.max.elements"]
+        self.max_connections: int = cfg["max.connections"]
+        self.max_connections_per_ip: int = cfg["max.connections.per.ip"]
+        idle_ms: int = cfg["connections.max.idle.ms"]
+        self.idle_timeout_s: float | None = None if idle_ms < 0 else idle_ms / 1000
+        self.max_queued_response_bytes: int = cfg["rallypoint.connection.max.queued.response.bytes"]
+        self.send_buffer_bytes: int = cfg["socket.send.buffer.bytes"]
+        self.receive_buffer_bytes: int = cfg["socket.receive.buffer.bytes"]
+        self._request_slots = asyncio.Semaphore(cfg["queued.max.requests"])
+        self._pipeline_turn = asyncio.Lock()
         self.handlers = load_handlers()
         self._server: asyncio.base_events.Server | None = None
         self._conn_ids = itertools.count(1)
         self._connections: dict[int, tuple[asyncio.Task[None], asyncio.StreamWriter]] = {}
+        self._per_ip: Counter[str] = Counter()
         self._busy: set[int] = set()
         self._closing = False
         self.shutdown_grace_s = SHUTDOWN_GRACE_S
 
     async def start(self) -> None:
         await self.broker.start()
+        # What start-up built (schema classes, handlers, loaded state) lives as long as the
+        # process: keep it out of the garbage collector's full passes, whose pauses grow with
+        # every object they walk and would stall all connections at once.
+        gc.freeze()
         try:
             self._server = await asyncio.start_server(
-                self._on_connect, self.host, self.port, reuse_address=True, limit=2**20
+                self._on_connect, self.host, self.port, reuse_address=True, limit=_READ_AHEAD
             )
         except BaseException:
             await self.broker.stop()  # components started above (files open) are closed again
@@ -130,39 +233,113 @@ class Server:
         if self._closing:
             writer.close()
             return
+        peer = writer.get_extra_info("peername")
+        client_host = peer[0] if isinstance(peer, tuple) else str(peer)
+        if len(self._connections) >= self.max_connections or self._per_ip[client_host] >= self.max_connections_per_ip:
+            # Kafka: ConnectionQuotas refuses it (per ip: closed at once; broker-wide: the
+            # acceptor waits -- here it is closed too, and the client reconnects with backoff).
+            log.warning(
+                "closing connection: too many connections",
+                client=client_host,
+                connections=len(self._connections),
+                from_client=self._per_ip[client_host],
+                max_connections=self.max_connections,
+                max_connections_per_ip=self.max_connections_per_ip,
+            )
+            writer.close()
+            return
         cid = next(self._conn_ids)
         task = asyncio.current_task()
         assert task is not None
         self._connections[cid] = (task, writer)
-        peer = writer.get_extra_info("peername")
-        client_host = peer[0] if isinstance(peer, tuple) else str(peer)
+        self._per_ip[client_host] += 1
+        # drain() waits while more than this many answer bytes wait for the peer.
+        writer.transport.set_write_buffer_limits(high=self.max_queued_response_bytes)
+        self._size_socket_buffers(writer)
         try:
             await self._serve_connection(cid, client_host, reader, writer)
         except asyncio.CancelledError:
             pass
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except _Idle as e:
+            log.info("closing connection: idle", connection=cid, client=client_host, reason=str(e))
         except Exception:
             log.exception("connection failed", connection=cid)
         finally:
             self._connections.pop(cid, None)
+            self._per_ip[client_host] -= 1
+            if self._per_ip[client_host] <= 0:
+                del self._per_ip[client_host]
             self._busy.discard(cid)
             with contextlib.suppress(Exception):
                 writer.close()
 
+    def _size_socket_buffers(self, writer: asyncio.StreamWriter) -> None:
+        """Kafka's socket.send/receive.buffer.bytes: a fixed kernel buffer (no autotuning to
+        megabytes), so a peer that does not read is paused after about this much."""
+        sock = writer.get_extra_info("socket")
+        if sock is None:
+            return
+        with contextlib.suppress(OSError):
+            if self.send_buffer_bytes >= 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer_bytes)
+            if self.receive_buffer_bytes >= 0:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer_bytes)
+
+    async def _idle_bound(self, aw: Any, doing: str) -> Any:
+        """``aw`` within connections.max.idle.ms, else :class:`_Idle`."""
+        if self.idle_timeout_s is None:
+            return await aw
+        try:
+            async with asyncio.timeout(self.idle_timeout_s):
+                return await aw
+        except TimeoutError:
+            raise _Idle(f"no progress for {self.idle_timeout_s * 1000:.0f} ms while {doing}") from None
+
+    async def _read_body(self, reader: asyncio.StreamReader, size: int) -> bytes | memoryview:
+        if len(getattr(reader, "_buffer", b"")) >= size:
+            return await reader.readexactly(size)  # already here: no wait
+        # Read as it arrives; any progress restarts the idle clock.
+        body = bytearray()
+        while len(body) < size:
+            chunk = await self._idle_bound(reader.read(size - len(body)), "reading a request")
+            if not chunk:
+                raise asyncio.IncompleteReadError(bytes(body), size)
+            body += chunk
+        return memoryview(body).toreadonly()  # kio reads only read-only buffers
+
     async def _serve_connection(
         self, cid: int, client_host: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        # Answers to requests the client pipelined are coalesced into one socket write: while
-        # the next request is already buffered, its answer joins the pending bytes; they go out
-        # before we wait for more input.  Order and content are exactly as one write per answer
-        # (Kafka answers a connection's requests one at a time, in order); it saves a syscall
-        # per answer under load.
-        pending = bytearray()
+        out = _Answers(writer)
+        transport = writer.transport
+        streak = 0  # requests served in a row from what was already buffered
         try:
             while not self._closing:
+                if _frame_buffered(reader):
+                    # The next request is already here (the client pipelines).  Every _TURN of
+                    # them, let the others run (answers made so far go out meanwhile) and notice
+                    # a reset (the transport closes once the loop sees it).  Deep pipelines take
+                    # these turns at a gate that lets one of them through per event-loop
+                    # iteration, so requests that just arrived elsewhere are served in between,
+                    # however many connections pipeline.
+                    streak += 1
+                    if streak % _TURN == 0:
+                        async with self._pipeline_turn:
+                            await asyncio.sleep(0)
+                        out.flush()
+                        await self._idle_bound(writer.drain(), "the peer does not read its answers")
+                else:
+                    streak = 0
+                    out.flush()
+                    await self._idle_bound(writer.drain(), "the peer does not read its answers")
+                    if not out:
+                        self._busy.discard(cid)
+                if transport.is_closing() or reader.exception() is not None:
+                    return  # the peer is gone: serve nothing more
                 try:
-                    size_bytes = await reader.readexactly(4)
+                    size_bytes = await self._idle_bound(reader.readexactly(4), "waiting for a request")
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 (size,) = _SIZE.unpack(size_bytes)
@@ -176,29 +353,67 @@ class Server:
                     )
                     return
                 try:
-                    body = await reader.readexactly(size)
+                    body = await self._read_body(reader, size)
                 except asyncio.IncompleteReadError:
                     log.warning("closing connection: truncated frame", connection=cid, client=client_host, size=size)
                     return
                 # Busy until the answer is handed to the socket: shutdown waits for it.
                 self._busy.add(cid)
-                out = await self._process(cid, client_host, body)
-                if out is None:
+                answer = await self._process(cid, client_host, body)
+                del body
+                if answer is None:
                     return  # close the connection (answers already made go out first, below)
-                pending += out
-                if pending and (len(pending) >= _COALESCE_MAX or not _frame_buffered(reader)):
-                    writer.write(bytes(pending))
-                    pending.clear()
-                    await writer.drain()
-                if not pending:
-                    self._busy.discard(cid)
+                out.add(answer)
+                if len(out) >= self.max_queued_response_bytes:
+                    out.flush()
+                    await self._idle_bound(writer.drain(), "the peer does not read its answers")
         finally:
-            if pending:
+            if not transport.is_closing():
                 with contextlib.suppress(Exception):
-                    writer.write(bytes(pending))
+                    out.flush()
+            out.cancel()
 
-    async def _process(self, cid: int, client_host: str, body: bytes) -> bytes | None:
+    async def _process(self, cid: int, client_host: str, body: bytes | memoryview) -> bytes | None:
         """The response frame, b"" for no response, or None to close the connection."""
+        # queued.max.requests: a request holds a slot from the time it is read until its
+        # handler takes it (Kafka's request queue between network and handler threads).
+        async with self._request_slots:
+            decoded = await self._decode(cid, client_host, body)
+        if not isinstance(decoded, _Decoded):
+            return decoded
+        api_key, version, corr = decoded.api_key, decoded.version, decoded.corr
+        ctx = RequestContext(self.broker, api_key, version, corr, decoded.client_id, client_host, cid)
+        store = self.broker.topics
+        mutations = store.mutations
+        try:
+            response = await self.handlers[api_key](ctx, decoded.request)
+        except asyncio.CancelledError:
+            raise
+        except CloseConnection as e:
+            log.info("closing connection", connection=cid, api=decoded.api_name, reason=str(e))
+            return None
+        except Exception:
+            log.exception("handler failed", connection=cid, api=decoded.api_name, api_version=version)
+            return self._error_response(api_key, version, corr)
+        if store.mutations != mutations:
+            # Topic metadata changed: on disk before the answer says so (group commit).
+            try:
+                await store.persist()
+            except Exception:
+                log.exception("could not save topic metadata", connection=cid, api=decoded.api_name)
+                return self._error_response(api_key, version, corr)
+        if response is None:
+            return b""
+        try:
+            if codec.count_elements(response, _ENCODE_OFF_LOOP_ELEMENTS) >= _ENCODE_OFF_LOOP_ELEMENTS:
+                return await asyncio.to_thread(codec.encode_response, api_key, version, corr, response)
+            return codec.encode_response(api_key, version, corr, response)
+        except Exception:
+            log.exception("could not encode response", api=decoded.api_name, api_version=version)
+            return self._error_response(api_key, version, corr)
+
+    async def _decode(self, cid: int, client_host: str, body: bytes | memoryview) -> _Decoded | bytes | None:
+        """The decoded request, or the answer to send instead (bytes), or None to close."""
         try:
             api_key, version, corr = peek_api_key_version(body)
         except FrameError:
@@ -222,34 +437,23 @@ class Server:
             return None
         try:
             header = parse_request_header(body, codec.request_header_version(api_key, version))
-            request = codec.decode_request(api_key, version, body, header.size)
+            if len(body) >= _DECODE_OFF_LOOP_BYTES:
+                request = await asyncio.to_thread(
+                    codec.decode_request, api_key, version, body, header.size, self.max_elements
+                )
+            else:
+                request = codec.decode_request(api_key, version, body, header.size, self.max_elements)
         except (FrameError, codec.DecodeError) as e:
             log.warning(
                 "closing connection: undecodable request",
                 connection=cid,
+                client=client_host,
                 api=api.name,
                 api_version=version,
                 error=str(e),
             )
             return None
-        ctx = RequestContext(self.broker, api_key, version, corr, header.client_id, client_host, cid)
-        try:
-            response = await self.handlers[api_key](ctx, request)
-        except asyncio.CancelledError:
-            raise
-        except CloseConnection as e:
-            log.info("closing connection", connection=cid, api=api.name, reason=str(e))
-            return None
-        except Exception:
-            log.exception("handler failed", connection=cid, api=api.name, api_version=version)
-            return self._error_response(api_key, version, corr)
-        if response is None:
-            return b""
-        try:
-            return codec.encode_response(api_key, version, corr, response)
-        except Exception:
-            log.exception("could not encode response", api=api.name, api_version=version)
-            return self._error_response(api_key, version, corr)
+        return _Decoded(api_key, version, corr, api.name, header.client_id, request)
 
     def _error_response(self, api_key: int, version: int, corr: int) -> bytes | None:
         """Kafka's ``getErrorResponse``: UNKNOWN_SERVER_ERROR where a top-level code exists."""

@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_writer
 from kio.serial.errors import BufferUnderflow
 
-from . import framing, tagged
+from . import framing, metadata_response, tagged
 
 Message = Any  # a kio dataclass instance
 
@@ -103,16 +103,19 @@ def _writer(cls: type) -> Any:
     return entity_writer(cls)
 
 
-def decode_request(api_key: int, version: int, body: bytes | memoryview, offset: int = 0) -> Message:
+def decode_request(
+    api_key: int, version: int, body: bytes | memoryview, offset: int = 0, max_elements: int | None = None
+) -> Message:
     """Decode the body of a request from the network.
 
     Never kio's native reader directly: :mod:`protocol.tagged` bounds array lengths (the
     native reader aborts the process on a huge one) and skips unknown tagged fields, as
-    Kafka does.
+    Kafka does.  ``max_elements`` bounds the array elements and tagged fields of the whole
+    request (``rallypoint.request.max.elements``; docs/reliability.md, "Limits").
     """
     cls = request_class(api_key, version)
     try:
-        msg, _end = tagged.read(cls, body, offset)
+        msg, _end = tagged.read(cls, body, offset, max_elements)
         return msg
     except (BufferUnderflow, ValueError, IndexError, UnicodeDecodeError, OverflowError) as e:
         raise DecodeError(f"undecodable api {api_key} v{version} body: {e}") from e
@@ -128,6 +131,51 @@ def decode_response(api_key: int, version: int, body: bytes | memoryview, offset
         return msg
     except (BufferUnderflow, ValueError, IndexError, UnicodeDecodeError, OverflowError) as e:
         raise DecodeError(f"undecodable api {api_key} v{version} response: {e}") from e
+
+
+def count_elements(data: Any, stop_at: int) -> int:
+    """How many structs ``data`` (a handler's answer: dicts and lists) holds in its arrays,
+    counting up to ``stop_at``.
+
+    Cheap, so the server can tell a small answer (encoded at once) from a large one (encoded
+    off the event loop) for every request: it stops at ``stop_at``, and in an array of structs
+    it only looks at the fields that hold structs in the array's first element (or empty
+    arrays), so leaf structs such as partition entries cost a dict lookup or two each.
+    """
+    if type(data) is not dict:
+        return 0
+    count = 0
+    pending: list[list[Any] | tuple[Any, ...]] = [[data]]
+    while pending:
+        items = pending.pop()
+        keys = _nesting_keys(items[0])
+        if not keys:
+            continue
+        for item in items:
+            for key in keys:
+                v = item.get(key) if type(item) is dict else None
+                kind = type(v)
+                if kind is list or kind is tuple:
+                    if v:
+                        count += len(v)
+                        if count >= stop_at:
+                            return count
+                        if type(v[0]) is dict:
+                            pending.append(v)
+                elif kind is dict:
+                    pending.append([v])
+    return count
+
+
+def _nesting_keys(d: Any) -> list[str]:
+    if type(d) is not dict:
+        return []
+    keys = []
+    for k, v in d.items():
+        kind = type(v)
+        if kind is dict or ((kind is list or kind is tuple) and (not v or type(v[0]) is dict)):
+            keys.append(k)
+    return keys
 
 
 def encode_message(msg: Message) -> bytes:
@@ -254,9 +302,15 @@ def build_request(api_key: int, version: int, data: Mapping[str, Any]) -> Messag
 
 
 def encode_response(api_key: int, version: int, correlation_id: int, data: Mapping[str, Any] | Message) -> bytes:
-    """A whole response frame (size prefix, header, body)."""
-    msg = data if not isinstance(data, Mapping) else build_response(api_key, version, data)
-    body = encode_message(msg)
+    """A whole response frame (size prefix, header, body).
+
+    Metadata answers given as dicts take :mod:`protocol.metadata_response` (same bytes, a
+    fraction of the time: they grow with the broker's topics and partitions)."""
+    if api_key == metadata_response.API_KEY and isinstance(data, Mapping):
+        body = metadata_response.encode(version, data)
+    else:
+        msg = data if not isinstance(data, Mapping) else build_response(api_key, version, data)
+        body = encode_message(msg)
     header = framing.response_header(correlation_id, response_header_version(api_key, version))
     return framing.frame(header + body)
 

@@ -11,11 +11,24 @@ kio's native (Rust) reader has two problems with bytes from the network:
   such fields aside (``_unknownTaggedFields``) and carry on, so a newer client must not be
   refused.
 
-So this module walks the dataclass schema in Python wherever a message has arrays, checking
-every array length against the bytes that remain (each element takes at least one byte, so a
-larger count cannot be honest), and skipping unknown tags.  Sub-structures without arrays
-(most of any message: a partition entry, a Heartbeat) are handed to the native reader, which
-is safe for them; if it meets an unknown tag there, we walk that structure in Python too.
+So this module walks the dataclass schema in Python wherever a message has arrays, and skips
+unknown tags.  Sub-structures without arrays (most of any message: a partition entry, a
+Heartbeat) are handed to the native reader, which is safe for them; if it meets an unknown tag
+there, we walk that structure in Python too.
+
+What the walk bounds (docs/reliability.md, "Limits"):
+
+* an array of N elements must fit in the bytes that remain: N times the smallest encoding of
+  one element (its fixed-width fields, the length prefixes of its strings and arrays, ...),
+  checked before a single element is read;
+* a tagged-field section of N fields needs at least 2 bytes per field;
+* every element of every array and every tagged field counts against one ``Budget`` per
+  request (``rallypoint.request.max.elements``), so a legal frame cannot make the broker
+  build millions of objects;
+* a null (-1) length for an array the schema does not declare nullable is malformed, as in
+  Kafka's generated readers ("non-nullable field ... was serialized as null");
+* the bytes are read through a ``memoryview``, so a tagged field repeated many times costs a
+  constant per occurrence (the last occurrence wins, as in Kafka's generated readers).
 """
 
 from __future__ import annotations
@@ -40,15 +53,58 @@ from .framing import FrameError, read_uvarint
 _I32 = struct.Struct(">i")
 Buffer = bytes | memoryview
 
-# A field plan: (name, flexible, kind, reader-or-class, optional)
+# A field plan: (name, flexible, kind, reader-or-class, optional, smallest element size)
 #   kind "primitive": reader is kio's primitive reader
 #   kind "array":     reader reads one item of a primitive array
 #   kind "entity" / "entity_array": the nested dataclass
-Plan = tuple[str, bool, str, Any, bool]
+Plan = tuple[str, bool, str, Any, bool, int]
+
+# Smallest encoding of one value of each fixed-width kafka type.
+_FIXED_SIZE = {
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
 
 
 class MalformedMessage(ValueError):
     """The bytes do not follow the message's schema."""
+
+
+class TooManyElements(MalformedMessage):
+    """More array elements and tagged fields than one request may hold."""
+
+
+class Budget:
+    """Array elements and tagged fields one message may still hold (``None``: no limit)."""
+
+    __slots__ = ("left", "limit")
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def take(self, n: int) -> None:
+        if self.left is None or n <= 0:
+            return
+        if n > self.left:
+            raise TooManyElements(f"more than {self.limit} array elements and tagged fields in one message")
+        self.left -= n
+
+
+_UNLIMITED = Budget(None)
 
 
 @functools.cache
@@ -68,6 +124,34 @@ def _native(cls: type) -> Any:
     return entity_reader(cls)
 
 
+def _primitive_min_size(kafka_type: str, flexible: bool) -> int:
+    if kafka_type in _FIXED_SIZE:
+        return _FIXED_SIZE[kafka_type]
+    if kafka_type == "string":
+        return 1 if flexible else 2
+    if kafka_type in ("bytes", "records"):
+        return 1 if flexible else 4
+    return 0  # unknown to us: no claim
+
+
+@functools.cache
+def min_size(cls: type) -> int:
+    """The fewest bytes any encoding of a ``cls`` structure can take."""
+    flexible = bool(getattr(cls, "__flexible__", False))
+    total = 1 if flexible else 0  # the tagged-field count
+    for f in dataclasses.fields(cls):
+        if get_field_tag(f) is not None:
+            continue  # tagged fields may be absent
+        fc = classify_field(f)
+        if isinstance(fc, EntityTupleField | PrimitiveTupleField):
+            total += 1 if flexible else 4
+        elif isinstance(fc, EntityField):
+            total += 1 if flexible and is_optional(f) else min_size(fc.type_)
+        else:
+            total += _primitive_min_size(f.metadata.get("kafka_type", ""), flexible)
+    return total
+
+
 @functools.cache
 def _plan(cls: type) -> tuple[tuple[Plan, ...], dict[int, Plan]]:
     """Ordered untagged field plans, and tagged field plans by tag."""
@@ -80,13 +164,14 @@ def _plan(cls: type) -> tuple[tuple[Plan, ...], dict[int, Plan]]:
         kafka_type = f.metadata.get("kafka_type", "")
         plan: Plan
         if isinstance(fc, EntityTupleField):
-            plan = (f.name, flexible, "entity_array", fc.type_, optional)
+            plan = (f.name, flexible, "entity_array", fc.type_, optional, max(1, min_size(fc.type_)))
         elif isinstance(fc, EntityField):
-            plan = (f.name, flexible, "entity", fc.type_, optional)
+            plan = (f.name, flexible, "entity", fc.type_, optional, 0)
         elif isinstance(fc, PrimitiveTupleField):
-            plan = (f.name, flexible, "array", get_reader(kafka_type, flexible, False), optional)
+            item_size = max(1, _primitive_min_size(kafka_type, flexible))
+            plan = (f.name, flexible, "array", get_reader(kafka_type, flexible, False), optional, item_size)
         else:
-            plan = (f.name, flexible, "primitive", get_reader(kafka_type, flexible, optional), optional)
+            plan = (f.name, flexible, "primitive", get_reader(kafka_type, flexible, optional), optional, 0)
         tag = get_field_tag(f)
         if tag is None:
             ordered.append(plan)
@@ -104,13 +189,11 @@ def _array_length(buf: Buffer, pos: int, flexible: bool) -> tuple[int, int]:
             raise FrameError("truncated array length")
         n = _I32.unpack_from(buf, pos)[0]
         pos += 4
-    if n > len(buf) - pos:
-        raise MalformedMessage(f"array of {n} items in the {len(buf) - pos} bytes left")
     return n, pos
 
 
-def _read_value(plan: Plan, buf: Buffer, pos: int) -> tuple[Any, int]:
-    _name, flexible, kind, what, optional = plan
+def _read_value(plan: Plan, buf: memoryview, pos: int, budget: Budget) -> tuple[Any, int]:
+    name, flexible, kind, what, optional, item_size = plan
     if kind == "primitive":
         value, size = what(buf, pos)
         return value, pos + size
@@ -123,14 +206,20 @@ def _read_value(plan: Plan, buf: Buffer, pos: int) -> tuple[Any, int]:
             pos += 1
             if marker >= 0x80:
                 return None, pos
-        return read(what, buf, pos)
+        return _read(what, buf, pos, budget)
     n, pos = _array_length(buf, pos, flexible)
     if n < 0:
+        if not optional:
+            raise MalformedMessage(f"non-nullable field {name} was serialized as null")
         return None, pos
+    left = len(buf) - pos
+    if n * item_size > left:
+        raise MalformedMessage(f"array {name} of {n} items cannot fit in the {left} bytes left")
+    budget.take(n)
     items = []
     if kind == "entity_array":
         for _ in range(n):
-            value, pos = read(what, buf, pos)
+            value, pos = _read(what, buf, pos, budget)
             items.append(value)
     else:
         for _ in range(n):
@@ -140,13 +229,16 @@ def _read_value(plan: Plan, buf: Buffer, pos: int) -> tuple[Any, int]:
     return tuple(items), pos
 
 
-def _walk(cls: type, buf: Buffer, pos: int) -> tuple[Any, int]:
+def _walk(cls: type, buf: memoryview, pos: int, budget: Budget) -> tuple[Any, int]:
     ordered, tagged = _plan(cls)
     kwargs: dict[str, Any] = {}
     for plan in ordered:
-        kwargs[plan[0]], pos = _read_value(plan, buf, pos)
+        kwargs[plan[0]], pos = _read_value(plan, buf, pos, budget)
     if getattr(cls, "__flexible__", False):
         count, pos = read_uvarint(buf, pos)
+        if count * 2 > len(buf) - pos:  # each field takes a tag and a size byte at least
+            raise MalformedMessage(f"{count} tagged fields cannot fit in the {len(buf) - pos} bytes left")
+        budget.take(count)
         for _ in range(count):
             tag, pos = read_uvarint(buf, pos)
             size, pos = read_uvarint(buf, pos)
@@ -155,20 +247,31 @@ def _walk(cls: type, buf: Buffer, pos: int) -> tuple[Any, int]:
                 raise FrameError("truncated tagged field")
             tagged_plan = tagged.get(tag)
             if tagged_plan is not None:
-                kwargs[tagged_plan[0]], _ = _read_value(tagged_plan, buf[:end], pos)
+                # a memoryview slice: no copy, so a repeated field costs O(its own size)
+                kwargs[tagged_plan[0]], _ = _read_value(tagged_plan, buf[:end], pos, budget)
             pos = end  # unknown tags: skipped, like Kafka's _unknownTaggedFields
     return cls(**kwargs), pos
 
 
-def read(cls: type, buf: Buffer, pos: int = 0) -> tuple[Any, int]:
-    """(message, position after it) of a ``cls`` structure at ``pos``."""
+def _read(cls: type, buf: memoryview, pos: int, budget: Budget) -> tuple[Any, int]:
     if not has_arrays(cls):
         try:
             msg, size = _native(cls)(buf, pos)
             return msg, pos + size
         except KeyError:
             pass  # an unknown tagged field: walk it in Python, skipping the tag
-    return _walk(cls, buf, pos)
+    return _walk(cls, buf, pos, budget)
+
+
+def read(cls: type, buf: Buffer, pos: int = 0, max_elements: int | None = None) -> tuple[Any, int]:
+    """(message, position after it) of a ``cls`` structure at ``pos``.
+
+    ``max_elements`` bounds the array elements and tagged fields of the whole message
+    (:class:`TooManyElements` beyond it); ``None`` means no bound besides the bytes.
+    """
+    view = buf if isinstance(buf, memoryview) else memoryview(buf)
+    budget = _UNLIMITED if max_elements is None else Budget(max_elements)
+    return _read(cls, view, pos, budget)
 
 
 def decode_skipping_unknown_tags(cls: type, buf: Buffer, offset: int = 0) -> Any:

@@ -99,6 +99,15 @@ CLOSING_CASES: dict[str, bytes] = {
     # the whole process on this (it reserves the capacity first).
     "metadata-huge-array": request_bytes(3, 12, framing.write_uvarint(2**34) + b"\x00", header_version=2),
     "metadata-truncated-body": request_bytes(3, 4, struct.pack(">i", 2) + b"\x00\x05ab"),
+    # more elements than rallypoint.request.max.elements (100,000), in a legal 200 KB frame
+    "metadata-too-many-elements": request_bytes(3, 1, struct.pack(">i", 100_001) + b"\x00\x00" * 100_001),
+    # a non-nullable array sent as null (Kafka: "non-nullable field topics was serialized as null")
+    "create-topics-null-topics": request_bytes(19, 4, struct.pack(">i", -1) + struct.pack(">i?", 1000, False)),
+    "join-group-null-protocols": request_bytes(
+        11,
+        5,
+        b"\x00\x01g" + struct.pack(">ii", 10000, 10000) + b"\x00\x00\xff\xff\x00\x08consumer" + struct.pack(">i", -1),
+    ),
     "metadata-unsupported-version": request_bytes(3, 99, b"\x00", header_version=2),
 }
 

@@ -14,6 +14,18 @@ ControllerApis.createTopics and ReplicationControlManager.createTopics/createTop
   INVALID_PARTITIONS; -1 means the default (replication 1, ``num.partitions``); a replication
   factor above 1 cannot be placed on one broker → INVALID_REPLICATION_FACTOR;
 * ``validate_only`` answers the same without creating anything.
+
+Limits (docs/reliability.md, "Limits"), checked before anything is created:
+
+* more than ``rallypoint.create.max.partitions`` (Kafka's fixed 10,000) new partitions in the
+  whole request → every topic of the request POLICY_VIOLATION "Excessively large number of
+  partitions per request." (``ReplicationControlManager.validateTotalNumberOfPartitions``; the
+  controller throws, ``CreateTopicsRequest.getErrorResponse`` answers each topic);
+* a topic that would take the broker past ``rallypoint.max.broker.partitions`` →
+  POLICY_VIOLATION for that topic (the answer of a Kafka ``CreateTopicPolicy`` refusal).
+
+Every topic is checked before the first one is created, so a request never stops halfway;
+the partition logs of a large topic are built in slices that yield to other connections.
 """
 
 from __future__ import annotations
@@ -24,12 +36,14 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..slicing import Slicer
 from ..topics import TopicError
 from ..topics import configs as topic_configs
 
 API_KEY = 19
 
 DEFAULT_REPLICATION_FACTOR = 1
+TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
 
 
 def check_replicas(node: int, brokers: list[int], size: int | None) -> None:
@@ -124,27 +138,63 @@ def _failure(name: str, e: TopicError) -> dict[str, Any]:
     }
 
 
+def requested_partitions(topic: Any, default_partitions: int) -> int:
+    """Partitions a CreateTopics entry asks for, counted as Kafka's
+    ``validateTotalNumberOfPartitions`` counts them (invalid counts add nothing)."""
+    if topic.assignments:
+        return len(topic.assignments)
+    n = int(topic.num_partitions)
+    if n == -1:
+        return default_partitions
+    return max(n, 0)
+
+
 async def handle(ctx: Any, request: Any) -> dict[str, Any]:
     store = ctx.broker.topics
     validate_only = bool(getattr(request, "validate_only", False))
     counts = Counter(t.name for t in request.topics)
-    results: list[dict[str, Any]] = []
-    for t in request.topics:
+    unique = [t for t in request.topics if counts[t.name] == 1]
+    total = sum(requested_partitions(t, store.default_partitions) for t in unique)
+    if total > ctx.broker.config["rallypoint.create.max.partitions"]:
+        refusal = TopicError(ErrorCode.POLICY_VIOLATION, TOO_MANY_PARTITIONS)
+        return {"throttle_time": 0, "topics": [_failure(t.name, refusal) for t in request.topics]}
+
+    # Phase 1: every check, nothing created.
+    outcome: dict[str, TopicError | tuple[int, int, dict[str, str]]] = {}
+    planned = 0
+    for t in unique:
         name = t.name
-        if counts[name] > 1:
-            continue
-        configs = {c.name: c.value for c in t.configs}
         try:
             store.check_create(name, None, None)  # name, metadata topic, existence, collisions
-            clean = topic_configs.validate(configs)
+            clean = topic_configs.validate({c.name: c.value for c in t.configs})
             partitions, rf = _placement(ctx, t)
-            if validate_only:
-                topic_id = uuid.uuid4()
-            else:
-                topic_id = store.create(name, partitions, configs=clean).topic_id
+            store.check_partition_budget(partitions, planned)
         except TopicError as e:
-            results.append(_failure(name, e))
+            outcome[name] = e
             continue
+        planned += partitions
+        outcome[name] = (partitions, rf, clean)
+
+    # Phase 2: create (a topic another connection created meanwhile is answered as such).
+    results: list[dict[str, Any]] = []
+    slicer = Slicer()
+    for t in unique:
+        await slicer.tick()
+        name = t.name
+        plan = outcome[name]
+        if isinstance(plan, TopicError):
+            results.append(_failure(name, plan))
+            continue
+        partitions, rf, clean = plan
+        if validate_only:
+            topic_id = uuid.uuid4()
+        else:
+            logs = await store.build_partitions(name, partitions)
+            try:
+                topic_id = store.create(name, partitions, configs=clean, partitions=logs).topic_id
+            except TopicError as e:
+                results.append(_failure(name, e))
+                continue
         results.append(
             {
                 "name": name,

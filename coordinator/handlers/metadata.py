@@ -1,28 +1,49 @@
-"""Metadata (3): one broker (us), the topics, stable topic ids, the cluster id."""
+"""Metadata (3): one broker (us), the topics, stable topic ids, the cluster id.
+
+As in ``KafkaApis.handleTopicMetadataRequest``:
+
+* the requested topics are a set: a name (or id) asked for twice is answered once;
+* v10 and v11 carry topic ids but may not use them: a null name or a non-zero id there →
+  the request fails with INVALID_REQUEST, answered as ``MetadataRequest.getErrorResponse``
+  answers it (each requested topic with that error, a null name as "", no brokers);
+* auto-creation (v0-v3 always, v4+ when asked, and ``auto.create.topics.enable``) creates a
+  missing topic with ``num.partitions`` partitions.  Kafka answers such a topic
+  UNKNOWN_TOPIC_OR_PARTITION while its controller creates it; here creation is instant, so it
+  is answered at once.
+
+Limits (docs/reliability.md, "Limits"): one request auto-creates at most
+``rallypoint.auto.create.topics.max.per.request`` topics and ``rallypoint.create.max.partitions``
+partitions, and none past ``rallypoint.max.broker.partitions``; the other missing topics are
+answered UNKNOWN_TOPIC_OR_PARTITION -- Kafka's answer for a topic whose creation is under way
+(``AutoTopicCreationManager``), which clients retry, so they are created by later requests.
+Answers are built in slices that yield to other connections.
+"""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..slicing import Slicer
 from ..topics import Topic, TopicError
-from ..topics.store import validate_topic_name
+from ..topics.store import INTERNAL_TOPICS, validate_topic_name
 
 API_KEY = 3
 
 # Kafka's "no authorized operations computed" sentinel.
 _AUTHZ_OPS_UNSET = -2147483648
+ZERO_UUID = uuid.UUID(int=0)
+# Partition entries built between two checks of the time slice.
+_PARTITIONS_PER_TICK = 200
 
 
-def topic_entry(ctx: Any, topic: Topic) -> dict[str, Any]:
+async def topic_entry(ctx: Any, topic: Topic, slicer: Slicer) -> dict[str, Any]:
     node = ctx.broker.node_id
-    return {
-        "error_code": ErrorCode.NONE,
-        "name": topic.name,
-        "topic_id": topic.topic_id,
-        "is_internal": topic.is_internal,
-        "partitions": [
+    partitions: list[dict[str, Any]] = []
+    for first in range(0, topic.num_partitions, _PARTITIONS_PER_TICK):
+        partitions.extend(
             {
                 "error_code": ErrorCode.NONE,
                 "partition_index": p,
@@ -32,17 +53,50 @@ def topic_entry(ctx: Any, topic: Topic) -> dict[str, Any]:
                 "isr_nodes": [node],
                 "offline_replicas": [],
             }
-            for p in range(topic.num_partitions)
-        ],
+            for p in range(first, min(first + _PARTITIONS_PER_TICK, topic.num_partitions))
+        )
+        await slicer.tick()
+    return {
+        "error_code": ErrorCode.NONE,
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "is_internal": topic.is_internal,
+        "partitions": partitions,
         "topic_authorized_operations": _AUTHZ_OPS_UNSET,
     }
 
 
 def _error_entry(name: str | None, code: ErrorCode, topic_id: Any = None) -> dict[str, Any]:
-    entry: dict[str, Any] = {"error_code": code, "name": name, "partitions": [], "is_internal": False}
+    entry: dict[str, Any] = {
+        "error_code": code,
+        "name": name,
+        "partitions": [],
+        "is_internal": name in INTERNAL_TOPICS,
+    }
     if topic_id is not None:
         entry["topic_id"] = topic_id
     return entry
+
+
+def _invalid_request(requested: Any) -> dict[str, Any]:
+    """``MetadataRequest.getErrorResponse(INVALID_REQUEST)``: every topic with the error."""
+    return {
+        "throttle_time": 0,
+        "brokers": [],
+        "cluster_id": None,
+        "controller_id": -1,
+        "topics": [
+            {
+                "error_code": ErrorCode.INVALID_REQUEST,
+                "name": t.name if t.name is not None else "",
+                "topic_id": getattr(t, "topic_id", None) or ZERO_UUID,
+                "is_internal": False,
+                "partitions": [],
+            }
+            for t in requested
+        ],
+        "cluster_authorized_operations": _AUTHZ_OPS_UNSET,
+    }
 
 
 async def handle(ctx: Any, request: Any) -> dict[str, Any]:
@@ -50,24 +104,44 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     store = broker.topics
     requested = request.topics
+    if requested is not None and 10 <= version <= 11:
+        # KafkaApis: "Topic name can not be null for version ..." / "Topic IDs are not supported
+        # in requests for version ..." -- an InvalidRequestException for the whole request.
+        if any(t.name is None or (t.topic_id is not None and t.topic_id != ZERO_UUID) for t in requested):
+            return _invalid_request(requested)
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     all_topics = requested is None or (version == 0 and len(requested) == 0)
     # v0-v3 always auto-create; v4+ ask for it per request.
-    allow_auto = bool(getattr(request, "allow_auto_topic_creation", True))
+    allow_auto = bool(getattr(request, "allow_auto_topic_creation", True)) and store.auto_create
+    config = broker.config
+    topics_left = config["rallypoint.auto.create.topics.max.per.request"]
+    partitions_left = config["rallypoint.create.max.partitions"]
+    slicer = Slicer()
     topics: list[dict[str, Any]] = []
     if all_topics:
-        topics = [topic_entry(ctx, t) for t in store.all()]
+        for t in store.all():
+            topics.append(await topic_entry(ctx, t, slicer))
     else:
+        seen_names: set[str] = set()
+        seen_ids: set[uuid.UUID | None] = set()
         for req_topic in requested:
             name = getattr(req_topic, "name", None)
             topic_id = getattr(req_topic, "topic_id", None)
             if name is None:
+                if topic_id in seen_ids:
+                    continue
+                seen_ids.add(topic_id)
                 topic = store.by_id(topic_id) if topic_id is not None else None
+                await slicer.tick()
                 if topic is None:
                     topics.append(_error_entry(None, ErrorCode.UNKNOWN_TOPIC_ID, topic_id))
                 else:
-                    topics.append(topic_entry(ctx, topic))
+                    topics.append(await topic_entry(ctx, topic, slicer))
                 continue
+            if name in seen_names:
+                continue
+            seen_names.add(name)
+            await slicer.tick()
             topic = store.get(name)
             if topic is None:
                 try:
@@ -75,19 +149,23 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
                 except TopicError as e:
                     topics.append(_error_entry(name, e.code))
                     continue
-                if allow_auto and store.auto_create:
-                    # Kafka answers LEADER_NOT_AVAILABLE while an auto-created topic comes up;
-                    # here creation is instant, so the topic is answered at once.
-                    try:
-                        topic = store.auto_create_topic(name)
-                    except TopicError as e:
-                        topics.append(_error_entry(name, e.code))
-                        continue
-                    topics.append(topic_entry(ctx, topic))
-                else:
+                if not allow_auto:
                     topics.append(_error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-                continue
-            topics.append(topic_entry(ctx, topic))
+                    continue
+                n = store.default_partitions
+                if topics_left <= 0 or partitions_left < n:
+                    topics.append(_error_entry(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                    continue
+                try:
+                    topic = await _auto_create(store, name)
+                except TopicError as e:
+                    # the broker's partition cap: as Kafka answers a creation its controller refused
+                    code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if e.code == ErrorCode.POLICY_VIOLATION else e.code
+                    topics.append(_error_entry(name, code))
+                    continue
+                topics_left -= 1
+                partitions_left -= n
+            topics.append(await topic_entry(ctx, topic, slicer))
     return {
         "throttle_time": 0,
         "brokers": [
@@ -103,3 +181,13 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
         "topics": topics,
         "cluster_authorized_operations": _AUTHZ_OPS_UNSET,
     }
+
+
+async def _auto_create(store: Any, name: str) -> Topic:
+    """Create ``name`` with the default partition count (its logs built in slices)."""
+    logs = await store.build_partitions(name, store.default_partitions)
+    existing: Topic | None = store.get(name)  # created by another connection meanwhile?
+    if existing is not None:
+        return existing
+    topic: Topic = store.create(name, partitions=logs)
+    return topic

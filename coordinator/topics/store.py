@@ -2,10 +2,17 @@
 
 Data is in memory only.  What persists, in ``<data.dir>/topics.json`` (written to a new file
 then renamed over the old one): each topic's name, id, internal flag, configs, and each
-partition's next offset; plus the producer-id block reserved so far.  It is written at once
-on create/delete/partition changes, about every second while offsets move, and on shutdown.
+partition's next offset; plus the producer-id block reserved so far.  Metadata changes
+(create/delete/partition changes, a new producer-id block) are written before they are
+acknowledged: the server awaits :meth:`TopicStore.persist` before sending the answer of a
+request that changed them, and concurrent changes share one write (group commit), done off the
+event loop.  Offsets are written about every second while they move, and on shutdown.
 After a restart each partition is empty with log start offset = high watermark = its saved
 next offset, so committed consumer offsets stay valid.  See docs/data-plane.md.
+
+The number of partitions the broker holds is capped (``rallypoint.max.broker.partitions``,
+docs/reliability.md, "Limits"), so neither memory nor the time a restart takes to rebuild
+them can grow without bound.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 from rallypoint.protocol.errors import ErrorCode
 
 from ..logger import get as get_logger
+from ..slicing import Slicer
 from . import configs as topic_configs
 from .errors import TopicError
 from .fetch_sessions import FetchSessionCache
@@ -44,6 +52,12 @@ STATE_FILE = "topics.json"
 FLUSH_INTERVAL_S = 1.0
 PRODUCER_ID_BLOCK = 1000
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
+# Partition logs built between two checks of the time slice (build_partitions).
+PARTITIONS_PER_SLICE = 100
+
+
+class TopicStateError(Exception):
+    """``topics.json`` cannot be loaded within the configured limits (the broker does not start)."""
 
 
 def validate_topic_name(name: str) -> None:
@@ -97,8 +111,12 @@ class TopicStore:
         data_dir: Path | None = None,
         retention_bytes: int = -1,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_partitions: int | None = None,
     ) -> None:
         self.default_partitions = default_partitions
+        # Most partitions the broker holds, all topics together (None: no cap).
+        self.max_partitions = max_partitions
+        self._partition_count = 0
         self.auto_create = auto_create
         self.retention_bytes = retention_bytes
         self.max_message_bytes = max_message_bytes
@@ -112,6 +130,9 @@ class TopicStore:
         self._generation = 0
         self._written_generation = 0
         self._saved_fingerprint: tuple[int, ...] = ()
+        self._mutations = 0  # metadata changes made in memory so far
+        self._persisted = 0  # ... of which this many are known to be on disk
+        self._writing: asyncio.Future[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
         self.closing = False
         self.fetch_sessions = FetchSessionCache()
@@ -144,6 +165,26 @@ class TopicStore:
     def max_message_bytes_for(self, topic: Topic) -> int:
         v = topic.configs.get("max.message.bytes")
         return int(v) if v is not None else self.max_message_bytes
+
+    @property
+    def partition_count(self) -> int:
+        """Partitions of all topics together (internal ones included)."""
+        return self._partition_count
+
+    def check_partition_budget(self, additional: int, planned: int = 0) -> None:
+        """POLICY_VIOLATION when ``additional`` more partitions (on top of ``planned`` ones
+        already promised in the same request) would exceed ``rallypoint.max.broker.partitions``.
+
+        Kafka has no such broker-wide cap (KIP-578 proposed one and was not adopted); its
+        answer to a request a policy refuses is POLICY_VIOLATION, so that is ours.
+        """
+        limit = self.max_partitions
+        if limit is not None and self._partition_count + planned + additional > limit:
+            raise TopicError(
+                ErrorCode.POLICY_VIOLATION,
+                f"Adding {additional} partition(s) would exceed this broker's limit of {limit} partitions "
+                f"(rallypoint.max.broker.partitions); it holds {self._partition_count}.",
+            )
 
     def broker_values(self) -> dict[str, Any]:
         return {"log.retention.bytes": self.retention_bytes, "message.max.bytes": self.max_message_bytes}
@@ -180,27 +221,45 @@ class TopicStore:
         is_internal: bool = False,
         topic_id: uuid.UUID | None = None,
         configs: Mapping[str, str | None] | None = None,
+        partitions: list[PartitionLog] | None = None,
     ) -> Topic:
         """Create a topic (TopicError on Kafka's refusals).
 
         Creating an internal topic that already exists returns the existing one, so the
         group coordinator's start-up ``create("__consumer_offsets", n, is_internal=True)`` works
-        after a restart restored it from disk."""
+        after a restart restored it from disk.  Internal topics are exempt from the broker's
+        partition cap (the coordinator needs them); they still count towards it.
+        ``partitions``: logs already built by :meth:`build_partitions`."""
         existing = self._topics.get(name)
         if existing is not None and is_internal and existing.is_internal:
             return existing
         n = self.check_create(name, num_partitions, configs)
+        internal = is_internal or name in INTERNAL_TOPICS
+        if not internal:
+            self.check_partition_budget(n)
         clean = {k: v for k, v in (configs or {}).items() if v is not None}
-        topic = Topic(name, topic_id or uuid.uuid4(), n, is_internal or name in INTERNAL_TOPICS, clean)
+        topic = Topic(name, topic_id or uuid.uuid4(), n, internal, clean, partitions or [])
         self._add(topic)
         log.info("topic created", topic=name, partitions=n, topic_id=str(topic.topic_id), internal=topic.is_internal)
-        self.save_now()
+        self._changed()
         return topic
+
+    @staticmethod
+    async def build_partitions(name: str, count: int, start: int = 0) -> list[PartitionLog]:
+        """Empty partition logs ``start`` .. ``start + count - 1`` of topic ``name``, built in
+        slices that yield to the event loop (a large topic does not stall other connections)."""
+        out: list[PartitionLog] = []
+        slicer = Slicer()
+        for first in range(start, start + count, PARTITIONS_PER_SLICE):
+            out.extend(PartitionLog(name, i) for i in range(first, min(first + PARTITIONS_PER_SLICE, start + count)))
+            await slicer.tick()
+        return out
 
     def _add(self, topic: Topic) -> None:
         self._topics[topic.name] = topic
         self._by_id[topic.topic_id] = topic
         self._unified.setdefault(_unify(topic.name), set()).add(topic.name)
+        self._partition_count += len(topic.partitions)
 
     def auto_create_topic(self, name: str) -> Topic:
         """Auto-creation (Metadata): ``num.partitions`` partitions, default configs."""
@@ -229,11 +288,12 @@ class TopicStore:
             names.discard(topic.name)
             if not names:
                 del self._unified[_unify(topic.name)]
+        self._partition_count -= len(topic.partitions)
         for p in topic.partitions:
             p.deleted = True
             p.notify()
         log.info("topic deleted", topic=topic.name, topic_id=str(topic.topic_id))
-        self.save_now()
+        self._changed()
         return topic
 
     def check_add_partitions(self, name: str, count: int) -> Topic:
@@ -251,13 +311,21 @@ class TopicStore:
             )
         return topic
 
-    def add_partitions(self, name: str, count: int) -> Topic:
+    def add_partitions(self, name: str, count: int, partitions: list[PartitionLog] | None = None) -> Topic:
+        """Grow ``name`` to ``count`` partitions (``partitions``: the new logs, already built
+        by :meth:`build_partitions`)."""
         topic = self.check_add_partitions(name, count)
+        if not topic.is_internal:
+            self.check_partition_budget(count - topic.num_partitions)
+        before = len(topic.partitions)
+        if partitions and partitions[0].partition == before:
+            topic.partitions.extend(partitions[: count - before])
         while len(topic.partitions) < count:
             topic.partitions.append(PartitionLog(topic.name, len(topic.partitions)))
         topic.num_partitions = count
+        self._partition_count += len(topic.partitions) - before
         log.info("partitions added", topic=name, partitions=count)
-        self.save_now()
+        self._changed()
         return topic
 
     # ------------------------------------------------------------------ producer ids
@@ -266,7 +334,7 @@ class TopicStore:
         """A fresh producer id; ids are reserved on disk in blocks, like Kafka's controller."""
         if self._next_producer_id >= self._producer_id_limit:
             self._producer_id_limit = self._next_producer_id + PRODUCER_ID_BLOCK
-            self.save_now()
+            self._changed()
         pid = self._next_producer_id
         self._next_producer_id += 1
         return pid
@@ -296,15 +364,64 @@ class TopicStore:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_INTERVAL_S)
-            if self._fingerprint() != self._saved_fingerprint:
+            if self._persisted < self._mutations or self._fingerprint() != self._saved_fingerprint:
                 try:
-                    snapshot, gen, fp = self._snapshot()
-                    await asyncio.to_thread(self._write, snapshot, gen)
-                    self._saved_fingerprint = fp
+                    await self._write_async()
                 except Exception:
                     log.exception("could not save topic state")
 
     # ------------------------------------------------------------------ persistence
+
+    @property
+    def mutations(self) -> int:
+        """A counter of metadata changes: the server compares it around a request to know
+        whether the answer must wait for :meth:`persist`."""
+        return self._mutations
+
+    def _changed(self) -> None:
+        """A metadata change was made in memory; it must be on disk before it is acknowledged.
+
+        In the broker (an event loop runs) the write is left to :meth:`persist`, which the
+        server awaits before answering, so many changes share one write.  Without a loop
+        (tools, unit tests) it is written at once."""
+        self._mutations += 1
+        if self.data_dir is None:
+            self._persisted = self._mutations
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.save_now()
+
+    async def persist(self) -> None:
+        """Return once every metadata change made before the call is on disk.
+
+        Group commit: while a write is under way, callers wait for it and then check whether
+        it covered their change; one new write then covers everyone still waiting.  The file
+        is written and fsynced in a worker thread, off the event loop.  Raises what the write
+        raised (the caller answers with an error)."""
+        if self.data_dir is None:
+            return
+        target = self._mutations
+        while self._persisted < target:
+            if self._writing is not None:
+                await asyncio.shield(self._writing)
+                continue
+            await self._write_async()
+
+    async def _write_async(self) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._writing = done
+        try:
+            covered = self._mutations
+            snapshot, gen, fp = self._snapshot()
+            await asyncio.to_thread(self._write, snapshot, gen)
+            self._persisted = max(self._persisted, covered)
+            self._saved_fingerprint = fp
+        finally:
+            if self._writing is done:
+                self._writing = None
+            done.set_result(None)
 
     def _fingerprint(self) -> tuple[int, ...]:
         return tuple(p.next_offset for p in self.partitions())
@@ -328,10 +445,13 @@ class TopicStore:
         return state, self._generation, self._fingerprint()
 
     def save_now(self) -> None:
+        """Write the whole state at once, on the calling thread (shutdown, tools, unit tests)."""
         if self.data_dir is None:
             return
+        covered = self._mutations
         snapshot, gen, fp = self._snapshot()
         self._write(snapshot, gen)
+        self._persisted = max(self._persisted, covered)
         self._saved_fingerprint = fp
 
     def _write(self, state: dict[str, Any], generation: int) -> None:
@@ -358,10 +478,18 @@ class TopicStore:
         if not path.exists():
             return
         state = json.loads(path.read_text())
+        entries = state.get("topics", [])
+        total = sum(len(entry["next_offsets"]) for entry in entries)
+        if self.max_partitions is not None and total > self.max_partitions:
+            # Rebuilding them would take memory and start-up time beyond the configured bound.
+            raise TopicStateError(
+                f"{path} holds {total} partitions, more than rallypoint.max.broker.partitions="
+                f"{self.max_partitions}; raise that limit or remove the file"
+            )
         limit = int(state.get("producer_id_limit", 0))
         # Ids handed out before the restart all lie below the reserved limit.
         self._next_producer_id = self._producer_id_limit = limit
-        for entry in state.get("topics", []):
+        for entry in entries:
             offsets = [int(o) for o in entry["next_offsets"]]
             topic = Topic(
                 entry["name"],
