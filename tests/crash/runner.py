@@ -38,8 +38,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rallypoint.protocol import codec
-
 from tests.crash.storm import COMMIT_TOPIC, PARTITIONS, PRODUCE_TOPIC, Storm, StormConfig
 from tests.crash.tap import Ledger, WireTap, end_regressions, lost_commits, repeated_offsets
 from tests.support import ROOT, WireClient, free_port
@@ -149,7 +147,8 @@ class Summary:
     startup_kills_in_replay: int = 0  # ... of which landed while the offsets log was replayed
     restarts: int = 0
     failed_restarts: int = 0
-    commits_acked: int = 0  # partition offsets the broker answered with error 0
+    commits_acked: int = 0  # partition offsets the broker answered with error 0 (prefill included)
+    prefill_commits: int = 0  # of which committed before the storm, to give replay some work
     commits_failed: int = 0  # partition offsets answered with an error (not counted as acknowledged)
     client_commits: int = 0  # commit calls the clients saw succeed
     lost: int = 0  # acknowledged commits missing after a restart (summed over checks)
@@ -183,18 +182,15 @@ class Summary:
         return not self.problems
 
 
-def _create_topics(port: int) -> dict[uuid.UUID, str]:
+PREFILL_TOPIC = "storm-prefill"
+
+
+def _create_topics(port: int, prefill_partitions: int) -> dict[uuid.UUID, str]:
     ids = {}
     with WireClient("127.0.0.1", port) as c:
-        for name in (COMMIT_TOPIC, PRODUCE_TOPIC):
-            body = {
-                "topics": [
-                    {"name": name, "num_partitions": PARTITIONS, "replication_factor": 1, "assignments": [], "configs": []}
-                ],
-                "timeout": 5000,
-                "validate_only": False,
-            }
-            t = c.call(19, 7, body).topics[0]
+        for name, n in ((COMMIT_TOPIC, PARTITIONS), (PRODUCE_TOPIC, PARTITIONS), (PREFILL_TOPIC, prefill_partitions)):
+            topic = {"name": name, "num_partitions": n, "replication_factor": 1, "assignments": [], "configs": []}
+            t = c.call(19, 7, {"topics": [topic], "timeout": 5000, "validate_only": False}).topics[0]
             if int(t.error_code) not in (0, 36):  # TOPIC_ALREADY_EXISTS on a reused data dir
                 raise RuntimeError(f"cannot create {name}: error {int(t.error_code)}")
             ids[t.topic_id] = name
@@ -243,6 +239,7 @@ class CrashRun:
         storm: StormConfig | None = None,
         startup_kill_rate: float = 0.3,
         storm_s: tuple[float, float] = (0.3, 2.5),
+        prefill: tuple[int, int] = (100, 200),
         say: Callable[[str], None] = print,
         before_restart: Callable[[Path], None] | None = None,
     ) -> None:
@@ -252,6 +249,7 @@ class CrashRun:
         self.storm_config = storm or StormConfig()
         self.startup_kill_rate = startup_kill_rate
         self.storm_s = storm_s
+        self.prefill = prefill
         self.say = say
         self.before_restart = before_restart  # tests: damage the data dir to prove the checks bite
         self.summary = Summary(seed)
@@ -273,8 +271,9 @@ class CrashRun:
         try:
             if not self._start():
                 return s
-            self.tap.topic_ids.update(_create_topics(self.broker.port))
+            self.tap.topic_ids.update(_create_topics(self.broker.port, max(1, self.prefill[1])))
             self.tap.open(self.broker.port)
+            self._prefill()
             self.storm = Storm(self.tap.bootstrap, self.storm_config)
             self.storm.start()
             for k in range(self.kills):
@@ -302,6 +301,35 @@ class CrashRun:
                 f.stat().st_size for f in self.data_dir.glob("__consumer_offsets-*/*.log") if f.is_file()
             )
         return s
+
+    def _prefill(self) -> None:
+        """Commit ``groups × partitions`` offsets through the tap (so they are checked like the
+        storm's) before the storm: a log worth replaying, so start-up kills can land in replay."""
+        groups, partitions = self.prefill
+        self.summary.prefill_commits = groups * partitions
+        with WireClient("127.0.0.1", self.tap.port) as c:
+            for g in range(groups):
+                body = {
+                    "group_id": f"prefill-{g}",
+                    "generation_id_or_member_epoch": -1,
+                    "member_id": "",
+                    "group_instance_id": None,
+                    "retention_time_ms": -1,
+                    "topics": [
+                        {
+                            "name": PREFILL_TOPIC,
+                            "partitions": [
+                                {"partition_index": p, "committed_offset": g + p, "committed_leader_epoch": -1,
+                                 "committed_metadata": "prefill"}
+                                for p in range(partitions)
+                            ],
+                        }
+                    ],
+                }  # fmt: skip
+                resp = c.call(8, 8, body)
+                errors = {int(p.error_code) for t in resp.topics for p in t.partitions}
+                if errors != {0}:
+                    raise RuntimeError(f"prefill commit failed: errors {errors}")
 
     def _start(self) -> bool:
         """Start the broker; a start that does not reach ``listening`` is a failed restart."""
@@ -336,8 +364,10 @@ class CrashRun:
         self.tap.close()
         snap = self.ledger.snapshot()
         # at least one start-up kill in every run of 3 kills or more
-        if self.rng.random() < self.startup_kill_rate or (k == 1 and s.startup_kills == 0):
-            self._kill_during_startup()
+        if self.rng.random() < self.startup_kill_rate:
+            self._kill_during_startup(in_replay=self.rng.random() < 0.6)
+        elif k == 1 and s.startup_kills == 0:
+            self._kill_during_startup(in_replay=True)
         if self.before_restart is not None:
             self.before_restart(self.data_dir)
         s.restarts += 1
@@ -364,7 +394,7 @@ class CrashRun:
         self.tap.open(self.broker.port)
         return True
 
-    def _kill_during_startup(self) -> None:
+    def _kill_during_startup(self, in_replay: bool) -> None:
         """Start the broker and SIGKILL it before it listens: during the offsets log replay
         (after the group coordinator's start-up line, within the last replay's duration) or
         earlier (within the last start-up's duration)."""
@@ -372,20 +402,22 @@ class CrashRun:
         replay = max(self.summary.replay_s[-1] if s.replay_s else 0.05, 0.02)
         boot = s.restart_s[-1] if s.restart_s else 1.0
         self.broker.spawn()
-        if self.rng.random() < 0.6:
+        if in_replay:
             if self.broker.wait_event("group coordinator started", START_TIMEOUT_S) is None:
-                self.problem("broker exited before replaying the offsets log:\n" + "\n".join(list(self.broker.tail)[-30:]))
+                self.problem(
+                    "broker exited before replaying the offsets log:\n" + "\n".join(list(self.broker.tail)[-30:])
+                )
                 s.failed_restarts += 1
                 return
             time.sleep(self.rng.uniform(0, replay))
         else:
             time.sleep(self.rng.uniform(0, boot))
-        in_replay = self.broker.seen("group coordinator started") and not self.broker.seen("offsets_log.recovered")
+        landed = self.broker.seen("group coordinator started") and not self.broker.seen("offsets_log.recovered")
         listening = self.broker.seen("listening")
         self.broker.kill()
         s.startup_kills += 1
-        s.startup_kills_in_replay += int(in_replay)
-        where = "during replay" if in_replay else ("after listening" if listening else "before replay")
+        s.startup_kills_in_replay += int(landed)
+        where = "during replay" if landed else ("after listening" if listening else "before replay")
         self.say(f"  start-up kill {where}")
 
     def _finish(self) -> None:

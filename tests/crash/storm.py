@@ -72,8 +72,12 @@ class Storm:
             logging.getLogger(name).setLevel(logging.CRITICAL)
         c = self.config
         targets: list[tuple[str, Callable[..., None], tuple[Any, ...]]] = []
-        targets += [(f"storm-kp-{i}", self._kafka_python_committer, (f"storm-kp-{i}", False)) for i in range(c.kafka_python)]
-        targets += [(f"storm-simple-{i}", self._kafka_python_committer, (f"storm-simple-{i}", True)) for i in range(c.simple)]
+        targets += [
+            (f"storm-kp-{i}", self._kafka_python_committer, (f"storm-kp-{i}", False)) for i in range(c.kafka_python)
+        ]
+        targets += [
+            (f"storm-simple-{i}", self._kafka_python_committer, (f"storm-simple-{i}", True)) for i in range(c.simple)
+        ]
         targets += [(f"storm-ck-{i}", self._confluent_committer, (f"storm-ck-{i}",)) for i in range(c.confluent)]
         if c.aiokafka or c.producers:
             targets.append(("storm-aiokafka", self._aiokafka_thread, ()))
@@ -197,7 +201,9 @@ class Storm:
                     if not parts:
                         continue
                     n += 1
-                    consumer.commit(offsets=[TopicPartition(COMMIT_TOPIC, tp.partition, n) for tp in parts], asynchronous=False)
+                    consumer.commit(
+                        offsets=[TopicPartition(COMMIT_TOPIC, tp.partition, n) for tp in parts], asynchronous=False
+                    )
                     self._ok(group)
                 except Exception:
                     self._err(group)

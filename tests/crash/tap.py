@@ -225,9 +225,7 @@ class WireTap:
                 up.write(struct.pack(">i", len(frame)) + frame)
                 await up.drain()
 
-    async def _responses(
-        self, up: asyncio.StreamReader, writer: asyncio.StreamWriter, sent: dict[int, _Sent]
-    ) -> None:
+    async def _responses(self, up: asyncio.StreamReader, writer: asyncio.StreamWriter, sent: dict[int, _Sent]) -> None:
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
             while True:
                 frame = await self._frame(up)
