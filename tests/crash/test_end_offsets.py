@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import errno
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,8 @@ from rallypoint.topics import TopicStore
 from rallypoint.topics import store as store_mod
 from rallypoint.topics.partition import PartitionLog
 from rallypoint.topics.records import BatchError, validate_produce_records
+
+from tests.support import BrokerProcess
 
 MAX = 1048588
 
@@ -149,3 +153,68 @@ def test_no_data_dir_no_reservations() -> None:
     p = store.create("t", 1).partitions[0]
     assert p.on_reserve is None
     assert append(p, 5000) == (0, 5000)
+
+
+# --------------------------------------------------------------------------- real clients
+
+
+@pytest.mark.clients
+def test_consumers_resume_across_the_gap_after_a_sigkill(broker_factory: Callable[..., BrokerProcess]) -> None:
+    """Consumers that committed the end before a SIGKILL resume there without a reset and
+    get the new messages, whose offsets skip the reserved gap (kafka-python and librdkafka)."""
+    from confluent_kafka import Consumer as CkConsumer
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    broker = broker_factory()
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", enable_idempotence=False)
+    for i in range(10):
+        producer.send("gap", value=b"before-%d" % i, partition=0)
+    producer.flush(10)
+    producer.close(5)
+    tp = TopicPartition("gap", 0)
+    for group in ("kp", "ck"):
+        c = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False)
+        c.assign([tp])
+        c.commit({tp: OffsetAndMetadata(10, "", -1)})
+        c.close()
+    time.sleep(2 * store_mod.FLUSH_INTERVAL_S)  # the periodic save has run: next offset 10 on disk
+    broker.kill()
+    broker.start()
+
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", enable_idempotence=False)
+    bases = [producer.send("gap", value=b"after-%d" % i, partition=0).get(10).offset for i in range(3)]
+    producer.close(5)
+    assert bases[0] > 10  # past the reservation, not 10 again
+    assert bases == [bases[0], bases[0] + 1, bases[0] + 2]
+
+    # auto.offset.reset=latest: an OFFSET_OUT_OF_RANGE reset would skip the new messages
+    kc = KafkaConsumer(
+        bootstrap_servers=broker.bootstrap, group_id="kp", enable_auto_commit=False, auto_offset_reset="latest"
+    )
+    kc.assign([tp])
+    got: list[tuple[int, bytes]] = []
+    deadline = time.monotonic() + 20
+    while len(got) < 3 and time.monotonic() < deadline:
+        for recs in kc.poll(timeout_ms=500).values():
+            got += [(r.offset, r.value) for r in recs]
+    kc.close()
+    assert got == [(b, b"after-%d" % i) for i, b in enumerate(bases)]
+
+    cc = CkConsumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": "ck",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "latest",
+        }
+    )
+    cc.subscribe(["gap"])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 3 and time.monotonic() < deadline:
+        m = cc.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append((m.offset(), m.value()))
+    cc.close()
+    assert got == [(b, b"after-%d" % i) for i, b in enumerate(bases)]
