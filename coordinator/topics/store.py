@@ -313,6 +313,8 @@ class TopicStore:
                     snapshot, gen, fp, reserved = self._snapshot()
                     await asyncio.to_thread(self._write, snapshot, gen, reserved)
                     self._saved_fingerprint = fp
+                except OSError as e:  # e.g. a full disk: retried at the next tick
+                    log.error("could not save topic state", error=str(e))
                 except Exception:
                     log.exception("could not save topic state")
 
