@@ -11,9 +11,12 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..logger import get as get_logger
 from ..topics.store import OFFSETS_TOPIC
 
 API_KEY = 10
+
+log = get_logger("rallypoint.find_coordinator")
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -34,7 +37,10 @@ def _offsets_topic_ready(ctx: Any) -> bool:
     broker = ctx.broker
     if broker.topics.get(OFFSETS_TOPIC) is not None:
         return True
-    broker.topics.create(OFFSETS_TOPIC, broker.groups.config.num_partitions, is_internal=True)
+    try:
+        broker.topics.create(OFFSETS_TOPIC, broker.groups.config.num_partitions, is_internal=True)
+    except OSError as e:  # its metadata cannot be saved (a full disk): still not available
+        log.warning("offsets topic not created", error=str(e))
     return False
 
 

@@ -62,6 +62,8 @@ from .segments import Segment, fsync_dir, partition_dir, segment_name
 log = get_logger("rallypoint.offsets_log")
 
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+# The segment writes go through this name, so fault tests can fail them (tests/crash/test_write_faults.py).
+_write: Callable[[int, memoryview], int] = os.write
 
 LOCK_FILE = "__consumer_offsets.lock"
 
@@ -485,7 +487,7 @@ class OffsetsLog:
             try:
                 view = memoryview(blob)
                 while view:
-                    n = os.write(part.fd, view)
+                    n = _write(part.fd, view)
                     view = view[n:]
             except OSError:
                 try:

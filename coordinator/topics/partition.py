@@ -7,6 +7,12 @@ the partition holds more than ``retention_bytes``, advancing the log start offse
 
 Waiters are ``asyncio.Event`` objects of parked fetches; every append (and deletion of the
 partition) sets them, so a long-poll fetch wakes as soon as data arrives.
+
+With a data directory, offsets are handed out only below ``reserved_end``, an end offset the
+topic store has already saved: an append that would pass it first asks ``on_reserve`` to save a
+higher one, so no offset is handed out twice across a crash (docs/data-plane.md, "Restarts").
+After a crash a partition restarts empty with its log start offset below its end offset; a
+fetch inside that gap waits for new data, like a fetch inside a gap of a compacted log.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rallypoint.protocol.errors import ErrorCode
@@ -53,11 +60,14 @@ class OffsetOutOfRange(Exception):
 
 
 class PartitionLog:
-    def __init__(self, topic: str, partition: int, start_offset: int = 0) -> None:
+    def __init__(self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.log_start_offset = start_offset
-        self.next_offset = start_offset  # log end offset == high watermark
+        self.next_offset = start_offset if end_offset is None else end_offset  # log end offset == high watermark
+        # Set by the topic store when it persists end offsets (see the module docstring).
+        self.reserved_end: int | None = None
+        self.on_reserve: Callable[[PartitionLog, int], None] | None = None
         # Parallel lists; entries before ``_head`` are dropped (compacted away lazily).
         self._base: list[int] = []
         self._pos: list[int] = []  # cumulative byte position of each batch
@@ -121,16 +131,20 @@ class PartitionLog:
                 if dup is not None:
                     return AppendResult(dup.first_offset, self.log_start_offset, duplicate=True)
                 entry.check(h)
-            else:
-                entry = self.producers.entry(h.producer_id)
         base = self._append(data, pos, size, h, checked)
-        if entry is not None:
-            entry.add(h, base)
+        if h.has_producer_id:  # only once appended: a refused batch leaves no producer entry
+            (entry or self.producers.entry(h.producer_id)).add(h, base)
         self._retain(retention_bytes)
         return AppendResult(base, self.log_start_offset)
 
     def _append(self, data: bytes, pos: int, size: int, h: BatchHeader, checked: Checked) -> int:
         base = self.next_offset
+        end = base + h.last_offset_delta + 1
+        if self.on_reserve is not None and (self.reserved_end is None or end > self.reserved_end):
+            try:
+                self.on_reserve(self, end)
+            except OSError as e:  # the end offset cannot be saved: Kafka's answer for a failed log dir
+                raise BatchError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot save the end offset: {e}") from e
         batch = with_base_offset(data, pos, size, base, LEADER_EPOCH)
         max_ts = checked.max_timestamp
         if max_ts != h.max_timestamp:
@@ -145,7 +159,7 @@ class PartitionLog:
         self._max_ts_offset.append(base + checked.offset_delta_of_max)
         self._batches.append(batch)
         self._end_pos += size
-        self.next_offset = base + h.last_offset_delta + 1
+        self.next_offset = end
         self.notify()
         return base
 
@@ -187,7 +201,7 @@ class PartitionLog:
 
     def bytes_available(self, offset: int) -> int:
         """Bytes a fetch at ``offset`` could return now (0 at the end or out of range)."""
-        if offset >= self.next_offset or offset < self.log_start_offset:
+        if offset >= self.next_offset or offset < self.log_start_offset or self._head >= len(self._batches):
             return 0
         return self._end_pos - self._pos[self._index_for(offset)]
 
@@ -198,8 +212,8 @@ class PartitionLog:
         OffsetOutOfRange as ``LocalLog.read`` does.
         """
         self.check_offset(offset)
-        if offset == self.next_offset:
-            return ReadResult(b"", self.next_offset, self.log_start_offset)
+        if offset == self.next_offset or self._head >= len(self._batches):
+            return ReadResult(b"", self.next_offset, self.log_start_offset)  # at the end, or in a gap
         i = self._index_for(offset)
         n = len(self._batches)
         start_pos = self._pos[i]

@@ -2,13 +2,19 @@
 
 Data is in memory only.  What persists, in ``<data.dir>/topics.json`` (written to a new file
 then renamed over the old one): each topic's name, id, internal flag, configs, and each
-partition's next offset; plus the producer-id block reserved so far.  Metadata changes
-(create/delete/partition changes, a new producer-id block) are written before they are
-acknowledged: the server awaits :meth:`TopicStore.persist` before sending the answer of a
-request that changed them, and concurrent changes share one write (group commit), done off the
-event loop.  Offsets are written about every second while they move, and on shutdown.
-After a restart each partition is empty with log start offset = high watermark = its saved
-next offset, so committed consumer offsets stay valid.  See docs/data-plane.md.
+partition's next offset and *reserved* end offset; plus the producer-id block reserved so far.
+Metadata changes (create/delete/partition changes, a new producer-id block) are written before
+they are acknowledged: the server awaits :meth:`TopicStore.persist` before sending the answer of
+a request that changed them, and concurrent changes share one write (group commit), done off the
+event loop.  Offsets are written about every second while they move, and on shutdown.  After a
+restart each partition is empty with log start offset = its saved next offset and high
+watermark = its reserved end (the same after a clean shutdown), so committed consumer offsets
+stay valid and no offset is handed out twice, even after a crash.
+
+End offsets are reserved like producer ids: a partition hands out offsets only below a
+reservation already on disk; the periodic save moves each reservation ahead of the partition's
+end by its step, and an append that would pass it saves a new one first, synchronously, and
+doubles that partition's step.  See docs/data-plane.md, "Restarts".
 
 The number of partitions the broker holds is capped (``rallypoint.max.broker.partitions``,
 docs/reliability.md, "Limits"), so neither memory nor the time a restart takes to rebuild
@@ -24,6 +30,7 @@ import os
 import re
 import threading
 import uuid
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +57,8 @@ METADATA_TOPIC = "__cluster_metadata"
 
 STATE_FILE = "topics.json"
 FLUSH_INTERVAL_S = 1.0
+RESERVE_STEP = 1000  # offsets a partition's saved end reservation starts ahead of its end
+MAX_RESERVE_STEP = 1 << 24
 PRODUCER_ID_BLOCK = 1000
 DEFAULT_MAX_MESSAGE_BYTES = 1048588
 # Partition logs built between two checks of the time slice (build_partitions).
@@ -134,6 +143,7 @@ class TopicStore:
         self._persisted = 0  # ... of which this many are known to be on disk
         self._writing: asyncio.Future[None] | None = None
         self._flusher: asyncio.Task[None] | None = None
+        self._steps: weakref.WeakKeyDictionary[PartitionLog, int] = weakref.WeakKeyDictionary()
         self.closing = False
         self.fetch_sessions = FetchSessionCache()
         if data_dir is not None:
@@ -240,6 +250,7 @@ class TopicStore:
         clean = {k: v for k, v in (configs or {}).items() if v is not None}
         topic = Topic(name, topic_id or uuid.uuid4(), n, internal, clean, partitions or [])
         self._add(topic)
+        self._attach(topic.partitions)
         log.info("topic created", topic=name, partitions=n, topic_id=str(topic.topic_id), internal=topic.is_internal)
         self._changed()
         return topic
@@ -322,6 +333,7 @@ class TopicStore:
             topic.partitions.extend(partitions[: count - before])
         while len(topic.partitions) < count:
             topic.partitions.append(PartitionLog(topic.name, len(topic.partitions)))
+        self._attach(topic.partitions)
         topic.num_partitions = count
         self._partition_count += len(topic.partitions) - before
         log.info("partitions added", topic=name, partitions=count)
@@ -359,7 +371,7 @@ class TopicStore:
                 await self._flusher
             self._flusher = None
         if self.data_dir is not None:
-            self.save_now()
+            self.save_now(final=True)
 
     async def _flush_loop(self) -> None:
         while True:
@@ -367,6 +379,8 @@ class TopicStore:
             if self._persisted < self._mutations or self._fingerprint() != self._saved_fingerprint:
                 try:
                     await self._write_async()
+                except OSError as e:  # e.g. a full disk: retried at the next tick
+                    log.error("could not save topic state", error=str(e))
                 except Exception:
                     log.exception("could not save topic state")
 
@@ -414,8 +428,8 @@ class TopicStore:
         self._writing = done
         try:
             covered = self._mutations
-            snapshot, gen, fp = self._snapshot()
-            await asyncio.to_thread(self._write, snapshot, gen)
+            snapshot, gen, fp, reserved = self._snapshot()
+            await asyncio.to_thread(self._write, snapshot, gen, reserved)
             self._persisted = max(self._persisted, covered)
             self._saved_fingerprint = fp
         finally:
@@ -423,11 +437,36 @@ class TopicStore:
                 self._writing = None
             done.set_result(None)
 
+    def _attach(self, partitions: list[PartitionLog]) -> None:
+        if self.data_dir is None:
+            return
+        for p in partitions:
+            p.on_reserve = self._reserve_now
+
+    def _reserve_now(self, partition: PartitionLog, end: int) -> None:
+        """An append would hand out offsets up to ``end``, past the saved reservation: save a
+        new one before it does (on the event loop, like the producer-id block)."""
+        self._steps[partition] = min(2 * self._steps.get(partition, RESERVE_STEP), MAX_RESERVE_STEP)
+        log.info("end offset reservation", topic=partition.topic, partition=partition.partition, end=end)
+        self.save_now(need=(partition, end))
+
     def _fingerprint(self) -> tuple[int, ...]:
         return tuple(p.next_offset for p in self.partitions())
 
-    def _snapshot(self) -> tuple[dict[str, Any], int, tuple[int, ...]]:
+    def _reservation(self, p: PartitionLog, final: bool, need: tuple[PartitionLog, int] | None) -> int:
+        if final:
+            return p.next_offset
+        end = max(p.next_offset, need[1]) if need is not None and need[0] is p else p.next_offset
+        return max(p.reserved_end or 0, end + self._steps.get(p, RESERVE_STEP))
+
+    def _snapshot(
+        self, final: bool = False, need: tuple[PartitionLog, int] | None = None
+    ) -> tuple[dict[str, Any], int, tuple[int, ...], list[tuple[PartitionLog, int]]]:
+        """The state to save, its generation, the offsets it covers, and each partition's
+        reservation in it (``final``: exactly its end, for a clean shutdown)."""
         self._generation += 1
+        reserved = [(p, self._reservation(p, final, need)) for t in self._topics.values() for p in t.partitions]
+        it = iter(r for _p, r in reserved)
         state = {
             "version": 1,
             "producer_id_limit": self._producer_id_limit,
@@ -438,27 +477,29 @@ class TopicStore:
                     "is_internal": t.is_internal,
                     "configs": t.configs,
                     "next_offsets": [p.next_offset for p in t.partitions],
+                    "reserved_offsets": [next(it) for _p in t.partitions],
                 }
                 for t in self._topics.values()
             ],
         }
-        return state, self._generation, self._fingerprint()
+        return state, self._generation, self._fingerprint(), reserved
 
-    def save_now(self) -> None:
-        """Write the whole state at once, on the calling thread (shutdown, tools, unit tests)."""
+    def save_now(self, final: bool = False, need: tuple[PartitionLog, int] | None = None) -> None:
+        """Write the whole state at once, on the calling thread (shutdown, an end-offset
+        reservation, tools, unit tests)."""
         if self.data_dir is None:
             return
         covered = self._mutations
-        snapshot, gen, fp = self._snapshot()
-        self._write(snapshot, gen)
+        snapshot, gen, fp, reserved = self._snapshot(final, need)
+        self._write(snapshot, gen, reserved)
         self._persisted = max(self._persisted, covered)
         self._saved_fingerprint = fp
 
-    def _write(self, state: dict[str, Any], generation: int) -> None:
+    def _write(self, state: dict[str, Any], generation: int, reserved: list[tuple[PartitionLog, int]]) -> None:
         assert self.data_dir is not None
         with self._write_lock:
             if generation <= self._written_generation:
-                return  # a newer snapshot is already on disk
+                return  # a newer snapshot is already on disk (with reservations at least as high)
             path = self.data_dir / STATE_FILE
             tmp = path.with_name(f"{STATE_FILE}.{generation}.tmp")
             with open(tmp, "w") as f:
@@ -467,6 +508,9 @@ class TopicStore:
                 os.fsync(f.fileno())
             tmp.replace(path)
             self._written_generation = generation
+            # What is on disk now bounds the offsets partitions may hand out.
+            for p, r in reserved:
+                p.reserved_end = r
 
     def _load(self) -> None:
         assert self.data_dir is not None
@@ -491,14 +535,22 @@ class TopicStore:
         self._next_producer_id = self._producer_id_limit = limit
         for entry in entries:
             offsets = [int(o) for o in entry["next_offsets"]]
+            # After a crash, offsets up to the reservation may have been handed out: start there.
+            ends = [max(int(r), o) for r, o in zip(entry.get("reserved_offsets", offsets), offsets, strict=True)]
+            partitions = []
+            for i, (o, e) in enumerate(zip(offsets, ends, strict=True)):
+                p = PartitionLog(entry["name"], i, o, e)
+                p.reserved_end = e
+                partitions.append(p)
             topic = Topic(
                 entry["name"],
                 uuid.UUID(entry["topic_id"]),
                 len(offsets),
                 bool(entry.get("is_internal", False)),
                 dict(entry.get("configs", {})),
-                [PartitionLog(entry["name"], i, o) for i, o in enumerate(offsets)],
+                partitions,
             )
             self._add(topic)
+            self._attach(topic.partitions)
         self._saved_fingerprint = self._fingerprint()
         log.info("topic state loaded", topics=len(self._topics), path=str(path))
