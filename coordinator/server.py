@@ -399,6 +399,9 @@ class Server:
             # Topic metadata changed: on disk before the answer says so (group commit).
             try:
                 await store.persist()
+            except OSError as e:  # a full or failed disk: not acknowledged, retried by the next write
+                log.warning("could not save topic metadata", connection=cid, api=decoded.api_name, error=str(e))
+                return self._error_response(api_key, version, corr)
             except Exception:
                 log.exception("could not save topic metadata", connection=cid, api=decoded.api_name)
                 return self._error_response(api_key, version, corr)

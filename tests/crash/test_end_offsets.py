@@ -18,8 +18,13 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.topics import TopicStore
 from rallypoint.topics import store as store_mod
+from rallypoint.topics.log_validator import (
+    BatchError,
+    validate_client_batch,
+    validate_client_records,
+    validate_produce_records,
+)
 from rallypoint.topics.partition import PartitionLog
-from rallypoint.topics.records import BatchError, validate_produce_records
 
 from tests.support import BrokerProcess
 
@@ -37,7 +42,9 @@ def append(plog: PartitionLog, n: int) -> tuple[int, int]:
     """Append n records; (base offset, end offset) handed out."""
     data = batch(n)
     pos, size = validate_produce_records(9, data)
-    base = plog.append_client_batch(data, pos, size, max_message_bytes=MAX, retention_bytes=-1).base_offset
+    h = validate_client_batch(data, pos, size, MAX)
+    checked = validate_client_records(data, h, 1 << 24)
+    base = plog.append_client_batch(data, pos, size, h, checked, retention_bytes=-1).base_offset
     return base, base + n
 
 
