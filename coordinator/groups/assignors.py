@@ -1,0 +1,220 @@
+"""Server-side assignors of consumer groups: ``uniform`` and ``range`` (docs/consumer-groups.md,
+"Assignors").
+
+Pure functions: a :class:`GroupSpec` (members with their subscribed topic ids and current
+target) and the partition count of every subscribed topic in, the new target out.  The
+algorithms are Kafka's (``UniformHomogeneousAssignmentBuilder.java``,
+``UniformHeterogeneousAssignmentBuilder.java``, ``RangeAssignor.java``); where Kafka walks a
+``HashMap`` rallypoint walks members in sorted member-id order, so *which* member gets which
+partition may differ from Kafka's, but the guarantees are the same: every subscribed partition
+is assigned exactly once, the uniform result is balanced (±1 for a homogeneous group) and
+sticky, the range result is Kafka's (deterministic, static members ordered by instance id).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, Protocol, TypeAlias
+
+Assignment: TypeAlias = dict[uuid.UUID, frozenset[int]]
+"""topic id -> partitions."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSpec:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    subscribed: frozenset[uuid.UUID]  # existing topics only
+    current: Mapping[uuid.UUID, frozenset[int]] = field(default_factory=dict)  # current target
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    members: Mapping[str, MemberSpec]
+    homogeneous: bool
+    partitions: Mapping[uuid.UUID, int]  # partition count of every subscribed topic
+
+
+class AssignorError(Exception):
+    """The assignor could not produce an assignment (Kafka's PartitionAssignorException)."""
+
+
+class Assignor(Protocol):
+    name: str
+
+    def assign(self, spec: GroupSpec) -> dict[str, Assignment]: ...
+
+
+def _freeze(a: Mapping[uuid.UUID, set[int]]) -> Assignment:
+    return {t: frozenset(ps) for t, ps in a.items() if ps}
+
+
+# ------------------------------------------------------------------------------ uniform
+
+
+class UniformAssignor:
+    """Balance first, then stickiness (``UniformAssignor.java``)."""
+
+    name = "uniform"
+
+    def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
+        if not spec.members:
+            return {}
+        if spec.homogeneous:
+            return self._homogeneous(spec)
+        return self._heterogeneous(spec)
+
+    @staticmethod
+    def _homogeneous(spec: GroupSpec) -> dict[str, Assignment]:
+        ids = sorted(spec.members)
+        topics = sorted(next(iter(spec.members.values())).subscribed & set(spec.partitions), key=str)
+        all_parts = [(t, p) for t in topics for p in range(spec.partitions[t])]
+        n_members = len(ids)
+        quota, extra = divmod(len(all_parts), n_members)
+        taken: set[tuple[uuid.UUID, int]] = set()
+        result: dict[str, list[tuple[uuid.UUID, int]]] = {}
+        valid = set(all_parts)
+        # 1. every member keeps what it had, up to its quota (+1 while extra slots remain)
+        for mid in ids:
+            kept: list[tuple[uuid.UUID, int]] = []
+            cur = spec.members[mid].current
+            for t in sorted(cur, key=str):
+                for p in sorted(cur[t]):
+                    tp = (t, p)
+                    if tp in valid and tp not in taken:
+                        kept.append(tp)
+            limit = quota
+            if len(kept) > quota and extra > 0:
+                limit = quota + 1
+                extra -= 1
+            kept = kept[:limit]
+            taken.update(kept)
+            result[mid] = kept
+        unassigned = [tp for tp in all_parts if tp not in taken]
+        # 2. fill members up to the quota, then hand out the remaining extra slots
+        it = iter(unassigned)
+        for mid in ids:
+            while len(result[mid]) < quota:
+                nxt = next(it, None)
+                if nxt is None:
+                    break
+                result[mid].append(nxt)
+        for mid in ids:
+            if extra <= 0:
+                break
+            if len(result[mid]) == quota:
+                nxt = next(it, None)
+                if nxt is None:
+                    break
+                result[mid].append(nxt)
+                extra -= 1
+        if next(it, None) is not None:
+            raise AssignorError("partitions left unassigned")
+        return {mid: _group(parts) for mid, parts in result.items()}
+
+    @staticmethod
+    def _heterogeneous(spec: GroupSpec) -> dict[str, Assignment]:
+        ids = sorted(spec.members)
+        subscribers: dict[uuid.UUID, list[str]] = {}
+        for mid in ids:
+            for t in spec.members[mid].subscribed:
+                if t in spec.partitions:
+                    subscribers.setdefault(t, []).append(mid)
+        # topics with the most partitions per subscriber first, then fewer subscribers, then id
+        order = sorted(
+            subscribers,
+            key=lambda t: (-spec.partitions[t] / len(subscribers[t]), len(subscribers[t]), str(t)),
+        )
+        owned: dict[str, dict[uuid.UUID, set[int]]] = {mid: {} for mid in ids}
+        load = dict.fromkeys(ids, 0)
+        owner: dict[tuple[uuid.UUID, int], str] = {}
+        # 1. keep current partitions of topics still subscribed (dropping unsubscribed ones)
+        for mid in ids:
+            m = spec.members[mid]
+            for t, ps in m.current.items():
+                if t not in m.subscribed or t not in spec.partitions:
+                    continue
+                for p in ps:
+                    if p < spec.partitions[t] and (t, p) not in owner:
+                        owner[(t, p)] = mid
+                        owned[mid].setdefault(t, set()).add(p)
+                        load[mid] += 1
+        # 2. unassigned partitions to the least loaded subscriber
+        for t in order:
+            for p in range(spec.partitions[t]):
+                if (t, p) in owner:
+                    continue
+                mid = min(subscribers[t], key=lambda x: (load[x], x))
+                owner[(t, p)] = mid
+                owned[mid].setdefault(t, set()).add(p)
+                load[mid] += 1
+        # 3. rebalance topics with two or more subscribers (bounded number of moves)
+        budget = sum(spec.partitions[t] for t in order) * 2 + 16
+        changed = True
+        while changed and budget > 0:
+            changed = False
+            for t in order:
+                subs = subscribers[t]
+                if len(subs) < 2:
+                    continue
+                while budget > 0:
+                    donors = [x for x in subs if owned[x].get(t)]
+                    if not donors:
+                        break
+                    donor = max(donors, key=lambda x: (load[x], x))
+                    taker = min(subs, key=lambda x: (load[x], x))
+                    if load[donor] - load[taker] <= 1:
+                        break
+                    p = max(owned[donor][t])
+                    owned[donor][t].discard(p)
+                    owned[taker].setdefault(t, set()).add(p)
+                    load[donor] -= 1
+                    load[taker] += 1
+                    budget -= 1
+                    changed = True
+        return {mid: _freeze(owned[mid]) for mid in ids}
+
+
+def _group(parts: list[tuple[uuid.UUID, int]]) -> Assignment:
+    out: dict[uuid.UUID, set[int]] = {}
+    for t, p in parts:
+        out.setdefault(t, set()).add(p)
+    return _freeze(out)
+
+
+# -------------------------------------------------------------------------------- range
+
+
+def range_order(members: Mapping[str, MemberSpec]) -> list[str]:
+    """Static members first, ordered by instance id; then dynamic members by member id."""
+    static = sorted((m for m in members.values() if m.instance_id is not None), key=lambda m: m.instance_id or "")
+    dynamic = sorted((m for m in members.values() if m.instance_id is None), key=lambda m: m.member_id)
+    return [m.member_id for m in static + dynamic]
+
+
+class RangeAssignor:
+    """Contiguous ranges per topic, co-partitioned across topics (``RangeAssignor.java``)."""
+
+    name = "range"
+
+    def assign(self, spec: GroupSpec) -> dict[str, Assignment]:
+        order = range_order(spec.members)
+        out: dict[str, dict[uuid.UUID, set[int]]] = {mid: {} for mid in order}
+        for t in sorted(spec.partitions, key=str):
+            subs = [mid for mid in order if t in spec.members[mid].subscribed]
+            if not subs:
+                continue
+            quota, extra = divmod(spec.partitions[t], len(subs))
+            start = 0
+            for i, mid in enumerate(subs):
+                n = quota + (1 if i < extra else 0)
+                if n:
+                    out[mid][t] = set(range(start, start + n))
+                start += n
+        return {mid: _freeze(a) for mid, a in out.items()}
+
+
+BUILTIN: Final[dict[str, Assignor]] = {"uniform": UniformAssignor(), "range": RangeAssignor()}
