@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
 from rallypoint.groups.consumer import ConsumerGroupConfig, ConsumerGroupMachine
 from rallypoint.groups.reconciliation import MemberState
 from rallypoint.protocol.consumer_group_records import (

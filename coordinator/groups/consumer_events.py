@@ -50,7 +50,7 @@ class ConsumerHeartbeatResult:
     error: ErrorCode
     error_message: str | None = None
     member_id: str | None = None
-    member_epoch: int = -1
+    member_epoch: int = 0
     heartbeat_interval_ms: int = 0
     assignment: Mapping[uuid.UUID, tuple[int, ...]] | None = None
 

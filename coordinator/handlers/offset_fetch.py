@@ -10,10 +10,26 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
-from ..groups.events import FetchGroupRequest, FetchRequest
+from ..groups.events import FetchGroupRequest, FetchGroupResult, FetchRequest, FetchResult
 from ._groups_common import runtime
 
 API_KEY = 9
+
+
+def _check_consumer_members(ctx: Any, request: Any, result: FetchResult) -> FetchResult:
+    """OffsetFetch v9 member check for consumer groups (docs/consumer-groups.md, "Offsets")."""
+    machine = ctx.broker.consumer_groups.machine
+    checks = {
+        g.group_id: machine.validate_offset_fetch(
+            g.group_id, getattr(g, "member_id", None), getattr(g, "member_epoch", -1)
+        )
+        for g in request.groups
+    }
+    out = []
+    for g in result.groups:
+        err = checks.get(g.group_id)
+        out.append(g if err is None or err == ErrorCode.NONE else FetchGroupResult(g.group_id, err))
+    return FetchResult(tuple(out))
 
 
 def _topics(topics: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
@@ -40,6 +56,8 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
     else:
         groups = (FetchGroupRequest(request.group_id, _topics(request.topics)),)
     result = await runtime(ctx).fetch_offsets(FetchRequest(groups, require_stable))
+    if version >= 9:
+        result = _check_consumer_members(ctx, request, result)
     if version >= 8:
         return {
             "throttle_time": 0,

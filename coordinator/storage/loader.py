@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rallypoint.protocol.consumer_group_records import is_consumer_record_type
 from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -46,6 +47,8 @@ class PartitionState:
     undecodable_records: int = 0  # known key type, bytes that do not decode; skipped
     first_error: str | None = None  # the first undecodable record, for the log
     dropped_pending: int = 0  # transactional offsets without a marker
+    # consumer-group records (KIP-848 key types 3-8 and 16) as (key, value) bytes, in log order
+    consumer_records: list[tuple[bytes, bytes | None]] = field(default_factory=list)
 
 
 class StateBuilder:
@@ -123,7 +126,10 @@ class StateBuilder:
                 else:
                     self._groups[key.group] = rec.value
             elif type(key) is UnknownKey:
-                st.unknown_records += 1
+                if not transactional and is_consumer_record_type(key.version):
+                    st.consumer_records.append((rec.key, rec.value))
+                else:
+                    st.unknown_records += 1
             else:
                 self._bad(f"offset {rec.offset}", str(key))
 

@@ -131,6 +131,8 @@ class OffsetsLog:
         self.min_cleanable_ratio = min_cleanable_ratio
         self.io_threads = io_threads
         self.loader = loader
+        # consumer-group records (key types 3-8, 16), raw, in log order, per partition
+        self.consumer_loader: Callable[[int, list[tuple[bytes, bytes | None]]], None] | None = None
         self._parts: list[_Partition] = []
         self._io: ThreadPoolExecutor | None = None
         self._cleaner_io: ThreadPoolExecutor | None = None
@@ -219,6 +221,8 @@ class OffsetsLog:
                 )
             if self.loader is not None:
                 self.loader(rp.partition, st.groups, st.offsets)
+            if self.consumer_loader is not None:
+                self.consumer_loader(rp.partition, st.consumer_records)
         self._started = True
         self._stopping = False
         self._cleaner_stop.clear()
@@ -322,7 +326,9 @@ class OffsetsLog:
 
     # ------------------------------------------------------------------ appends
 
-    async def append(self, partition: int, records: Sequence[tuple[Key, Value | None]]) -> None:
+    async def append(
+        self, partition: int, records: Sequence[tuple[Key, Value | None] | tuple[bytes, bytes | None]]
+    ) -> None:
         """Append ``records`` as one batch to ``__consumer_offsets-<partition>``; returns once
         written (and fsynced when flush=always).  Raises PersistError on failure.
 
@@ -346,7 +352,8 @@ class OffsetsLog:
         if part.failed is not None:
             raise PersistError(f"__consumer_offsets-{partition} failed earlier: {part.failed}")
         try:
-            entries = [encode_record(k, v) for k, v in records]
+            # (bytes, bytes | None) pairs are already encoded (consumer-group records, key types 3+)
+            entries = [r if isinstance(r[0], bytes) else encode_record(*r) for r in records]
         except (OffsetsSchemaError, AttributeError, TypeError) as e:
             # Kafka's record serializer throws too (e.g. a string over 32767 bytes): an unknown error
             raise PersistError(f"cannot encode records: {e}", ErrorCode.UNKNOWN_SERVER_ERROR) from e
