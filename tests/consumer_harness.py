@@ -161,7 +161,22 @@ class Client:
         self.owned = {}
         return self._send(self.h.hb(self.member_id, 0, topics=self.topics, **self.kw))
 
-    def beat(self) -> ConsumerHeartbeatResult:
+    def beat(self, full: bool = False) -> ConsumerHeartbeatResult:
+        """A heartbeat with what the client owns; ``full`` also resends every field, as clients
+        do after a heartbeat failed or timed out (its response may have been lost)."""
+        if full:
+            kw = {k: v for k, v in self.kw.items() if k not in ("regex",)}
+            return self._send(
+                self.h.hb(
+                    self.member_id,
+                    self.epoch,
+                    owned=self.owned,
+                    topics=self.topics if self.topics is not None else (),
+                    regex=self.kw.get("regex"),
+                    rebalance_timeout_ms=self.kw.get("rebalance_timeout_ms", 300000),
+                    **{k: v for k, v in kw.items() if k != "rebalance_timeout_ms"},
+                )
+            )
         kw = {k: v for k, v in self.kw.items() if k in ("group",)}
         return self._send(self.h.hb(self.member_id, self.epoch, owned=self.owned, **kw))
 
