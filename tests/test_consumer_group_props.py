@@ -8,7 +8,6 @@ from __future__ import annotations
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-
 from rallypoint.groups.consumer import ConsumerGroupConfig
 from rallypoint.groups.reconciliation import MemberState
 from rallypoint.protocol.errors import ErrorCode

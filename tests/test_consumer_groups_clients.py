@@ -116,7 +116,12 @@ class Member:
         try:
             while not self._stop.is_set():
                 msg = self.consumer.poll(0.1)
-                if msg is None or msg.error():
+                if msg is None:
+                    continue
+                if msg.error():
+                    self.errors.append(str(msg.error()))
+                    if msg.error().fatal():
+                        break
                     continue
                 self.messages.append((msg.topic(), msg.partition(), msg.offset()))
                 self.consumer.commit(message=msg, asynchronous=False)
@@ -192,3 +197,167 @@ def test_three_consumers_uniform_then_one_leaves(fast_broker: BrokerProcess, mem
     for m in members[:2]:
         m.close()
     assert all(not m.errors for m in members), [m.errors for m in members]
+
+
+def _assign_events(own: Ownership) -> int:
+    return len(own.owner)
+
+
+def test_static_member_leaves_and_returns_and_duplicate_is_refused(
+    fast_broker: BrokerProcess, members: list[Member]
+) -> None:
+    create_topic(fast_broker, "cg-s", 6)
+    own = Ownership()
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = Member(fast_broker, group, ["cg-s"], "a", own, **{"group.instance.id": "ia"})
+    b = Member(fast_broker, group, ["cg-s"], "b", own, **{"group.instance.id": "ib"})
+    members += [a, b]
+    wait_until(lambda: len(a.owned()) == 3 and len(b.owned()) == 3, 30, "3 partitions each")
+    a_parts, b_parts = a.owned(), b.owned()
+    a.close()  # leaves with epoch -2: its partitions stay reserved for its return
+    time.sleep(1.5)
+    assert b.owned() == b_parts
+    a2 = Member(fast_broker, group, ["cg-s"], "a2", own, **{"group.instance.id": "ia"})
+    members.append(a2)
+    wait_until(lambda: a2.owned() == a_parts, 30, "the returning static member's old partitions")
+    assert b.owned() == b_parts
+    # a second live member with b's instance id is refused (fatal for librdkafka)
+    dup = Member(fast_broker, group, ["cg-s"], "dup", own, **{"group.instance.id": "ib"})
+    members.append(dup)
+    # UNRELEASED_INSTANCE_ID, in librdkafka's words
+    wait_until(lambda: any("instance id is still used" in e.lower() for e in dup.errors), 30, "the refusal")
+    assert b.owned() == b_parts and own.violations == []
+
+
+def test_range_assignor_static_members_two_topics(fast_broker: BrokerProcess, members: list[Member]) -> None:
+    create_topic(fast_broker, "cg-r1", 3)
+    create_topic(fast_broker, "cg-r2", 3)
+    own = Ownership()
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    conf = {"group.remote.assignor": "range"}
+    # instance ids in the opposite order of joining: Kafka orders static members by instance id
+    late = Member(fast_broker, group, ["cg-r1", "cg-r2"], "z", own, **conf, **{"group.instance.id": "i-2"})
+    members.append(late)
+    wait_until(lambda: len(late.owned()) == 6, 30, "the first member's 6 partitions")
+    early = Member(fast_broker, group, ["cg-r1", "cg-r2"], "a", own, **conf, **{"group.instance.id": "i-1"})
+    members.append(early)
+    expect_first = {("cg-r1", 0), ("cg-r1", 1), ("cg-r2", 0), ("cg-r2", 1)}
+    expect_second = {("cg-r1", 2), ("cg-r2", 2)}
+    wait_until(lambda: early.owned() == expect_first and late.owned() == expect_second, 30, "Kafka's range result")
+    # heterogeneous: a third static member subscribed to one topic only
+    third = Member(fast_broker, group, ["cg-r1"], "m", own, **conf, **{"group.instance.id": "i-3"})
+    members.append(third)
+    wait_until(
+        lambda: (
+            early.owned() == {("cg-r1", 0), ("cg-r2", 0), ("cg-r2", 1)}
+            and late.owned() == {("cg-r1", 1), ("cg-r2", 2)}
+            and third.owned() == {("cg-r1", 2)}
+        ),
+        30,
+        "range over subscribers per topic",
+    )
+    assert own.violations == []
+
+
+def test_regex_subscription_picks_up_a_new_topic(fast_broker: BrokerProcess, members: list[Member]) -> None:
+    create_topic(fast_broker, "rp-one", 2)
+    create_topic(fast_broker, "other", 2)
+    own = Ownership()
+    m = Member(fast_broker, f"g-{uuid.uuid4().hex[:8]}", ["^rp-.*"], "rx", own)
+    members.append(m)
+    wait_until(lambda: m.owned() == {("rp-one", 0), ("rp-one", 1)}, 30, "the matching topic")
+    create_topic(fast_broker, "rp-two", 3)
+    wait_until(lambda: len(m.owned()) == 5, 30, "the topic created later")
+    assert all(t.startswith("rp-") for t, _ in m.owned())
+
+
+def test_restart_replays_the_group_without_a_rebalance(
+    broker_factory: Callable[..., BrokerProcess], members: list[Member]
+) -> None:
+    broker = broker_factory(config=dict(FAST, **{"group.consumer.session.timeout.ms": "15000"}))
+    create_topic(broker, "cg-x", 6)
+    produce(broker, "cg-x", 60)
+    own = Ownership()
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a, b = Member(broker, group, ["cg-x"], "a", own), Member(broker, group, ["cg-x"], "b", own)
+    members += [a, b]
+    wait_until(lambda: sum(len(m.messages) for m in members) == 60, 30, "the first 60 messages")
+    wait_until(lambda: len(a.owned()) == 3 and len(b.owned()) == 3, 30, "3 partitions each")
+    before = _describe(broker, group)
+    parts = (a.owned(), b.owned())
+    broker.restart()
+    after = _describe(broker, group)
+    assert (after.state, _epochs(after)) == (before.state, _epochs(before))
+    produce(broker, "cg-x", 60)
+    wait_until(lambda: sum(len(m.messages) for m in members) == 120, 30, "60 more messages")
+    consumed = [(t, p, o) for m in members for t, p, o in m.messages]
+    assert len(consumed) == len(set(consumed)) == 120  # nothing twice
+    assert (a.owned(), b.owned()) == parts and own.violations == []
+    final = _describe(broker, group)
+    assert _epochs(final) == _epochs(before)
+    # replayed from the log (not rebuilt by rejoining members), and no rebalance happened
+    loaded = [e for e in broker.events("consumer_group.loaded") if e["group"] == group]
+    assert len(loaded) == 1 and loaded[0]["members"] == 2 and loaded[0]["state"] == "Stable"
+    for name in ("consumer_group.member_added", "consumer_group.target_assignment", "consumer_group.member_removed"):
+        assert not [e for e in broker.events(name) if e["group"] == group], name
+    for m in members:
+        m.close()
+
+
+def _describe(broker: BrokerProcess, group: str) -> Any:
+    a = admin_mod.AdminClient({"bootstrap.servers": broker.bootstrap})
+    return a.describe_consumer_groups([group])[group].result(15)
+
+
+def _epochs(d: Any) -> list[tuple[str, str]]:
+    return sorted(
+        (m.member_id, ",".join(sorted(f"{tp.topic}-{tp.partition}" for tp in m.assignment.topic_partitions)))
+        for m in d.members
+    )
+
+
+def test_admin_list_and_describe_with_type_filter_and_classic_fallback(
+    fast_broker: BrokerProcess, members: list[Member]
+) -> None:
+    create_topic(fast_broker, "cg-a", 2)
+    own = Ownership()
+    cgroup = f"cg-{uuid.uuid4().hex[:8]}"
+    members.append(Member(fast_broker, cgroup, ["cg-a"], "c", own))
+    wait_until(lambda: len(members[0].owned()) == 2, 30, "the consumer-protocol member's partitions")
+    classic_group = f"classic-{uuid.uuid4().hex[:8]}"
+    classic = ck.Consumer(
+        {"bootstrap.servers": fast_broker.bootstrap, "group.id": classic_group, "session.timeout.ms": 6000}
+    )
+    try:
+        classic.subscribe(["cg-a"])
+        deadline = time.monotonic() + 30
+        while not classic.assignment() and time.monotonic() < deadline:
+            classic.poll(0.1)
+        assert classic.assignment()
+        a = admin_mod.AdminClient({"bootstrap.servers": fast_broker.bootstrap})
+        listed = a.list_consumer_groups().result(15)
+        kinds = {g.group_id: (str(g.type), str(g.state)) for g in listed.valid}
+        assert kinds[cgroup][0].endswith("CONSUMER") and kinds[cgroup][1].endswith("STABLE")
+        assert kinds[classic_group][0].endswith("CLASSIC")
+        only = a.list_consumer_groups(types={ck.ConsumerGroupType.CONSUMER}).result(15)
+        assert {g.group_id for g in only.valid} == {cgroup}
+        only = a.list_consumer_groups(types={ck.ConsumerGroupType.CLASSIC}).result(15)
+        assert cgroup not in {g.group_id for g in only.valid} and classic_group in {g.group_id for g in only.valid}
+        d = a.describe_consumer_groups([cgroup, classic_group])
+        cd, kd = d[cgroup].result(15), d[classic_group].result(15)
+        assert str(cd.type).endswith("CONSUMER") and len(cd.members) == 1
+        assert {(tp.topic, tp.partition) for tp in cd.members[0].assignment.topic_partitions} == {
+            ("cg-a", 0),
+            ("cg-a", 1),
+        }
+        # the classic group through the DescribeGroups fallback (ConsumerGroupDescribe said GROUP_ID_NOT_FOUND)
+        assert str(kd.type).endswith("CLASSIC") and str(kd.state).endswith("STABLE") and len(kd.members) == 1
+    finally:
+        classic.close()
+    members[0].close()
+    a = admin_mod.AdminClient({"bootstrap.servers": fast_broker.bootstrap})
+    wait_until(
+        lambda: str(a.describe_consumer_groups([cgroup])[cgroup].result(15).state).endswith("EMPTY"),
+        30,
+        "an Empty consumer group",
+    )
