@@ -150,7 +150,7 @@ def test_uniform_property(s: GroupSpec) -> None:
 def test_range_property(s: GroupSpec) -> None:
     r = RangeAssignor().assign(s)
     check_valid(s, r)
-    for m, a in r.items():
+    for a in r.values():
         for ps in a.values():
             assert sorted(ps) == list(range(min(ps), max(ps) + 1)), "ranges are contiguous"
 
