@@ -523,3 +523,59 @@ def test_fencing_writes_tombstones_in_order(h: Harness) -> None:
         TargetAssignmentMetadataKey("g"),
     ]
     assert h.group().state() == "Empty"
+
+
+def test_preferred_assignor_change_bumps_the_epoch(h: Harness) -> None:
+    a = Client(h, "a", ["t"])
+    a.join()
+    assert h.machine.describe(["g"])[0].assignor_name == "uniform"
+    r = h.hb("a", 2, assignor="range", owned=a.owned)
+    assert h.group().epoch == 3 and r.member_epoch == 3
+    assert h.machine.describe(["g"])[0].assignor_name == "range"
+
+
+def test_target_records_only_for_members_whose_target_changed(h: Harness) -> None:
+    h.topics.create("u", 2)
+    a, b = Client(h, "a", ["t"]), Client(h, "b", ["u"])
+    a.join()
+    b.join()
+    settle([a, b])
+    n = len(h.log)
+    h.topics.create("t2", 1)
+    h.hb("b", b.epoch, topics=["u", "t2"], owned=b.owned)  # b's subscription changes, a's target does not
+    written = [k for k, _ in h.log[n:] if isinstance(k, TargetAssignmentMemberKey)]
+    assert written == [TargetAssignmentMemberKey("g", "b")]
+    assert [k for k, _ in h.log[n:]].count(TargetAssignmentMetadataKey("g")) == 1
+
+
+def test_leave_does_not_validate_the_epoch(h: Harness) -> None:
+    a = Client(h, "a", ["t"])
+    a.join()
+    r = h.hb("a", -1)
+    assert (r.error, r.member_epoch) == (E.NONE, -1)
+
+
+def test_static_leave_releases_pending_revocations(h: Harness) -> None:
+    a = Client(h, "a", ["t"], instance_id="ia")
+    b = Client(h, "b", ["t"])
+    a.join()
+    b.join()
+    h.hb("a", a.epoch)  # told to revoke 3 partitions, does not acknowledge
+    assert h.group().members["a"].assignment.pending_revocation
+    a.leave(-2)
+    assert not h.group().members["a"].assignment.pending_revocation
+    settle([b])
+    assert b.count() == 3  # the released ones
+    h.check_single_owner()
+
+
+def test_transitions_are_reported(h: Harness) -> None:
+    a, b = Client(h, "a", ["t"]), Client(h, "b", ["t"])
+    a.join()
+    b.join()
+    settle([a, b])
+    a.leave()
+    b.leave()
+    states = [(t.from_state, t.to_state) for t in h.transitions]
+    assert states[0] == ("Dead", "Stable")
+    assert ("Stable", "Reconciling") in states and states[-1][1] == "Empty"
