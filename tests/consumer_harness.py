@@ -142,6 +142,18 @@ class Harness:
                     for p in ps:
                         assert (t, p) not in seen, f"{t}-{p} owned by {seen[(t, p)]} and {m.member_id}"
                         seen[(t, p)] = m.member_id
+        # the group's member indexes agree with its members
+        fresh = ConsumerGroup(g.group_id, g.partition)
+        for m in g.members.values():
+            fresh.add(m)
+        assert (g.names, g.regex_users, g.assignors, g.stable_at) == (
+            fresh.names,
+            fresh.regex_users,
+            fresh.assignors,
+            fresh.stable_at,
+        )
+        # and the owners index agrees with the members' partitions
+        assert {tp: o[0] for tp, o in g.owners.items()} == seen
 
 
 class Client:

@@ -260,25 +260,48 @@ class ConsumerGroup:
     regexes: dict[str, RegularExpressionValue] = field(default_factory=dict)
     regex_names_seen: frozenset[str] | None = None  # topic names when regexes were last resolved
     has_partition_metadata: bool = False  # a legacy type-4 record to tombstone
+    # indexes over the members, kept by add()/drop() so a heartbeat costs O(topics), not O(members)
+    names: Counter[str] = field(default_factory=Counter)  # subscribed topic name -> members
+    regex_users: Counter[str] = field(default_factory=Counter)  # regex -> members
+    assignors: Counter[str] = field(default_factory=Counter)  # ServerAssignor -> members
+    stable_at: Counter[int] = field(default_factory=Counter)  # epoch -> members STABLE at it
+
+    def add(self, m: ConsumerMember) -> None:
+        self.names.update(m.meta.subscribed_topic_names)
+        if m.meta.subscribed_topic_regex:
+            self.regex_users[m.meta.subscribed_topic_regex] += 1
+        if m.meta.server_assignor:
+            self.assignors[m.meta.server_assignor] += 1
+        if m.assignment.state == MemberState.STABLE:
+            self.stable_at[m.epoch] += 1
+
+    def drop(self, m: ConsumerMember) -> None:
+        self.names.subtract(m.meta.subscribed_topic_names)
+        if m.meta.subscribed_topic_regex:
+            self.regex_users[m.meta.subscribed_topic_regex] -= 1
+        if m.meta.server_assignor:
+            self.assignors[m.meta.server_assignor] -= 1
+        if m.assignment.state == MemberState.STABLE:
+            self.stable_at[m.epoch] -= 1
+        for c in (self.names, self.regex_users, self.assignors, self.stable_at):
+            for k in [k for k, v in c.items() if v <= 0]:
+                del c[k]
 
     def state(self) -> str:
         if not self.members:
             return EMPTY
         if self.epoch > self.assignment_epoch:
             return ASSIGNING
-        for m in self.members.values():
-            if m.assignment.state != MemberState.STABLE or m.epoch != self.assignment_epoch:
-                return RECONCILING
+        if self.stable_at.get(self.assignment_epoch, 0) != len(self.members):
+            return RECONCILING
         return STABLE
 
     def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
         o = self.owners.get((topic_id, partition))
         return -1 if o is None else o[1]
 
-    def regex_subscribers(self, regex: str, excluding: str | None = None) -> int:
-        return sum(
-            1 for m in self.members.values() if m.meta.subscribed_topic_regex == regex and m.member_id != excluding
-        )
+    def regex_subscribers(self, regex: str) -> int:
+        return self.regex_users.get(regex, 0)
 
 
 class OwnershipError(RuntimeError):
@@ -397,6 +420,7 @@ class ConsumerGroupMachine:
             if value is None:
                 m = group.members.pop(key.member_id, None)
                 if m is not None:
+                    group.drop(m)
                     self._release(group, m)
                     if m.instance_id is not None and group.static.get(m.instance_id) == key.member_id:
                         del group.static[m.instance_id]
@@ -405,11 +429,14 @@ class ConsumerGroupMachine:
                 m = group.members.get(key.member_id)
                 if m is None:
                     m = group.members[key.member_id] = ConsumerMember(key.member_id)
+                else:
+                    group.drop(m)
                 old_instance = m.meta.instance_id
                 if old_instance is not None and old_instance != value.instance_id:
                     if group.static.get(old_instance) == key.member_id:
                         del group.static[old_instance]
                 m.meta = value
+                group.add(m)
                 if value.instance_id is not None:
                     group.static[value.instance_id] = key.member_id
         elif isinstance(key, CurrentMemberAssignmentKey):
@@ -418,6 +445,8 @@ class ConsumerGroupMachine:
                 if value is None:
                     return
                 m = group.members[key.member_id] = ConsumerMember(key.member_id)
+            else:
+                group.drop(m)
             self._release(group, m)
             if value is None:
                 m.assignment = MemberAssignment(LEAVE_EPOCH, LEAVE_EPOCH, MemberState.STABLE)
@@ -425,6 +454,7 @@ class ConsumerGroupMachine:
                 assert isinstance(value, CurrentMemberAssignmentValue)
                 m.assignment = _assignment_from_record(value)
                 self._claim(group, m)
+            group.add(m)
         elif isinstance(key, RegularExpressionKey):
             if value is None:
                 group.regexes.pop(key.regex, None)
@@ -788,7 +818,7 @@ class ConsumerGroupMachine:
     def _refresh_regexes(self, op: _Op, group: ConsumerGroup) -> bool:
         """Resolve the regexes members use that are unresolved, or all of them when the set of
         topic names changed since the last resolution.  True if a regex's topics changed."""
-        used = {m.meta.subscribed_topic_regex for m in group.members.values() if m.meta.subscribed_topic_regex}
+        used = set(group.regex_users)
         if not used:
             return False
         names = frozenset(self.topics.names())
@@ -826,15 +856,17 @@ class ConsumerGroupMachine:
         return frozenset(out)
 
     def _subscribed_topics(self, group: ConsumerGroup) -> list[TopicInfo]:
-        names: set[str] = set()
-        for m in group.members.values():
-            names |= self._member_topic_names(group, m)
+        names = set(group.names)
+        for rx in group.regex_users:
+            resolved = group.regexes.get(rx)
+            if resolved is not None:
+                names.update(resolved.topics)
         return [t for t in (self.topics.get(n) for n in names) if t is not None]
 
     def _preferred_assignor(self, group: ConsumerGroup) -> str:
         """The ServerAssignor most members name (ties: the one listed first in
         group.consumer.assignors), else the default assignor."""
-        counts = Counter(m.meta.server_assignor for m in group.members.values() if m.meta.server_assignor)
+        counts = group.assignors
         if not counts:
             return self.config.default_assignor
         best = max(counts.values())
@@ -950,7 +982,7 @@ class ConsumerGroupMachine:
             self._cancel(_timer("session", gid, mid))
             self._cancel_rebalance(gid, mid)
             self._note("consumer_group.member_removed", group=gid, member=mid, reason=reason)
-        used = {m.meta.subscribed_topic_regex for m in group.members.values() if m.meta.subscribed_topic_regex}
+        used = set(group.regex_users)
         for rx in sorted(group.regexes):
             if rx not in used:
                 self._write(op, RegularExpressionKey(gid, rx), None)
