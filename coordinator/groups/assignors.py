@@ -13,6 +13,7 @@ sticky, the range result is Kafka's (deterministic, static members ordered by in
 
 from __future__ import annotations
 
+import bisect
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -71,49 +72,61 @@ class UniformAssignor:
     def _homogeneous(spec: GroupSpec) -> dict[str, Assignment]:
         ids = sorted(spec.members)
         topics = sorted(next(iter(spec.members.values())).subscribed & set(spec.partitions), key=str)
-        all_parts = [(t, p) for t in topics for p in range(spec.partitions[t])]
-        n_members = len(ids)
-        quota, extra = divmod(len(all_parts), n_members)
-        taken: set[tuple[uuid.UUID, int]] = set()
-        result: dict[str, list[tuple[uuid.UUID, int]]] = {}
-        valid = set(all_parts)
+        # partitions are numbered 0..P-1 across the topics (topic i starts at starts[i])
+        index = {t: i for i, t in enumerate(topics)}
+        starts: list[int] = []
+        total = 0
+        for t in topics:
+            starts.append(total)
+            total += spec.partitions[t]
+        quota, extra = divmod(total, len(ids))
+        taken = bytearray(total)
+        result: dict[str, list[int]] = {}
         # 1. every member keeps what it had, up to its quota (+1 while extra slots remain)
         for mid in ids:
-            kept: list[tuple[uuid.UUID, int]] = []
+            kept: list[int] = []
             cur = spec.members[mid].current
             for t in sorted(cur, key=str):
+                ti = index.get(t)
+                if ti is None:
+                    continue  # no longer subscribed (or gone)
+                n, base = spec.partitions[t], starts[ti]
                 for p in sorted(cur[t]):
-                    tp = (t, p)
-                    if tp in valid and tp not in taken:
-                        kept.append(tp)
+                    if p < n and not taken[base + p]:
+                        kept.append(base + p)
+                        taken[base + p] = 1
             limit = quota
             if len(kept) > quota and extra > 0:
                 limit = quota + 1
                 extra -= 1
-            kept = kept[:limit]
-            taken.update(kept)
-            result[mid] = kept
-        unassigned = [tp for tp in all_parts if tp not in taken]
+            for g in kept[limit:]:
+                taken[g] = 0  # released to the unassigned list
+            result[mid] = kept[:limit]
+        unassigned = [g for g in range(total) if not taken[g]]
         # 2. fill members up to the quota, then hand out the remaining extra slots
-        it = iter(unassigned)
+        pos = 0
         for mid in ids:
-            while len(result[mid]) < quota:
-                nxt = next(it, None)
-                if nxt is None:
-                    break
-                result[mid].append(nxt)
+            need = quota - len(result[mid])
+            if need > 0:
+                result[mid].extend(unassigned[pos : pos + need])
+                pos += need
         for mid in ids:
-            if extra <= 0:
+            if extra <= 0 or pos >= len(unassigned):
                 break
             if len(result[mid]) == quota:
-                nxt = next(it, None)
-                if nxt is None:
-                    break
-                result[mid].append(nxt)
+                result[mid].append(unassigned[pos])
+                pos += 1
                 extra -= 1
-        if next(it, None) is not None:
+        if pos < len(unassigned):
             raise AssignorError("partitions left unassigned")
-        return {mid: _group(parts) for mid, parts in result.items()}
+        out: dict[str, Assignment] = {}
+        for mid, gs in result.items():
+            a: dict[uuid.UUID, set[int]] = {}
+            for g in gs:
+                ti = bisect.bisect_right(starts, g) - 1
+                a.setdefault(topics[ti], set()).add(g - starts[ti])
+            out[mid] = _freeze(a)
+        return out
 
     @staticmethod
     def _heterogeneous(spec: GroupSpec) -> dict[str, Assignment]:

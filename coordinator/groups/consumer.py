@@ -883,12 +883,16 @@ class ConsumerGroupMachine:
             return  # members keep reconciling towards the previous target (group stays Assigning)
         specs: dict[str, MemberSpec] = {}
         partitions: dict[uuid.UUID, int] = {}
+        by_subscription: dict[tuple[tuple[str, ...], str | None], frozenset[uuid.UUID]] = {}
         for mid, m in group.members.items():
-            ids = self._member_topic_ids(group, m)
-            for tid in ids:
-                t = self.topics.by_id(tid)
-                if t is not None:
-                    partitions[tid] = t.partitions
+            sub = (m.meta.subscribed_topic_names, m.meta.subscribed_topic_regex)
+            ids = by_subscription.get(sub)
+            if ids is None:
+                ids = by_subscription[sub] = self._member_topic_ids(group, m)
+                for tid in ids:
+                    t = self.topics.by_id(tid)
+                    if t is not None:
+                        partitions[tid] = t.partitions
             specs[mid] = MemberSpec(mid, m.meta.instance_id, m.meta.rack_id, ids, group.target.get(mid, {}))
         subs = {s.subscribed for s in specs.values()}
         spec = GroupSpec(specs, len(subs) <= 1, partitions)
