@@ -723,7 +723,7 @@ class ConsumerGroupMachine:
         old_member = existing
         if replaced is not None:
             # static replacement: the new id takes over the old member's metadata, target and
-            # partitions (at epoch 0); the old id is removed (docs "Static membership")
+            # partitions (at epoch 0); the old id is removed (docs/consumer-groups.md, "Static membership")
             old_target = group.target.get(replaced.member_id)
             old_assigned = replaced.assignment.assigned
             self._write(op, CurrentMemberAssignmentKey(gid, replaced.member_id), None)
