@@ -579,3 +579,146 @@ def test_transitions_are_reported(h: Harness) -> None:
     states = [(t.from_state, t.to_state) for t in h.transitions]
     assert states[0] == ("Dead", "Stable")
     assert ("Stable", "Reconciling") in states and states[-1][1] == "Empty"
+
+
+# ---------------------------------------------------------------------- classic members
+
+
+def _subscription(topics: list[str], version: int = 1, owned: tuple = ()) -> bytes:
+    from rallypoint.protocol.consumer_protocol import Subscription, encode_subscription
+
+    return encode_subscription(Subscription(version, tuple(topics), None, owned))
+
+
+def classic_join(
+    h: Harness,
+    member_id: str,
+    topics: list[str],
+    *,
+    version: int = 5,
+    instance: str | None = None,
+    session: int = 10000,
+):
+    from rallypoint.groups.events import JoinRequest, Protocol
+
+    req = JoinRequest(
+        "g",
+        member_id,
+        instance,
+        session,
+        20000,
+        "consumer",
+        (Protocol("range", _subscription(topics)),),
+        "cid",
+        "/h",
+        version,
+    )
+    h._token += 1
+    h.apply(h.machine.classic_join(h._token, req, h.now))
+    return h.responses.pop(h._token)
+
+
+def classic_sync(h: Harness, member_id: str, generation: int):
+    from rallypoint.groups.events import SyncRequest
+    from rallypoint.protocol.consumer_protocol import decode_assignment
+
+    h._token += 1
+    h.apply(
+        h.machine.classic_sync(
+            h._token, SyncRequest("g", generation, member_id, None, "consumer", "range", (), 5), h.now
+        )
+    )
+    r = h.responses.pop(h._token)
+    return r, (decode_assignment(r.assignment) if r.error == E.NONE else None)
+
+
+def classic_heartbeat(h: Harness, member_id: str, generation: int) -> ErrorCode:
+    from rallypoint.groups.events import HeartbeatRequest
+
+    h._token += 1
+    h.apply(h.machine.classic_heartbeat(h._token, HeartbeatRequest("g", generation, member_id), h.now))
+    return h.responses.pop(h._token).error
+
+
+def test_classic_member_joins_a_consumer_group(h: Harness) -> None:
+    a = Client(h, "a", ["t"])
+    a.join()
+    r = classic_join(h, "", ["t"])
+    assert r.error == E.MEMBER_ID_REQUIRED and r.member_id
+    cid = r.member_id
+    r = classic_join(h, cid, ["t"])
+    assert (r.error, r.member_id, r.protocol_type, r.protocol_name, r.leader, r.members) == (
+        E.NONE,
+        cid,
+        "consumer",
+        "range",
+        "",
+        (),
+    )
+    gen = r.generation_id
+    assert gen == 3  # its member epoch
+    # a still owns everything: the classic member is told to rejoin until it is released
+    s, assignment = classic_sync(h, cid, gen)
+    assert s.error == E.NONE and assignment.partitions == ()
+    a.beat()
+    a.beat()
+    assert a.count() == 3
+    assert classic_heartbeat(h, cid, gen) == E.REBALANCE_IN_PROGRESS
+    r = classic_join(h, cid, ["t"])
+    s, assignment = classic_sync(h, cid, r.generation_id)
+    assert s.error == E.NONE and sum(len(tp.partitions) for tp in assignment.partitions) == 3
+    assert classic_heartbeat(h, cid, r.generation_id) == E.NONE
+    assert classic_heartbeat(h, cid, r.generation_id + 1) == E.ILLEGAL_GENERATION
+    h.check_single_owner()
+    d = h.machine.describe(["g"])[0]
+    assert sorted(m.member_type for m in d.members) == [0, 1]
+    # classic commits use the generation; a wrong one is ILLEGAL_GENERATION, old versions are fine
+    tid = h.topics.get("t").topic_id
+    mine = [(tid, p) for p in h.group().members[cid].assignment.assigned[tid]]
+    assert h.machine.validate_offset_commit("g", cid, r.generation_id, 2, mine) == E.NONE
+    assert h.machine.validate_offset_commit("g", cid, r.generation_id + 1, 2, mine) == E.ILLEGAL_GENERATION
+
+
+def test_classic_member_session_timeout_is_its_own(h: Harness) -> None:
+    Client(h, "a", ["t"]).join()
+    r = classic_join(h, "c1", ["t"], version=3, session=6000)
+    assert r.error == E.NONE
+    h.advance(6001)
+    assert "c1" not in h.group().members and "a" in h.group().members  # a's is the group's 45 s
+
+
+def test_classic_leave_and_unsupported_protocols(h: Harness) -> None:
+    from rallypoint.groups.events import JoinRequest, LeaveMember, LeaveRequest, Protocol
+
+    Client(h, "a", ["t"]).join()
+    assert classic_join(h, "c1", ["t"]).error == E.NONE
+    # a protocol no classic member supports
+    req = JoinRequest(
+        "g", "c2", None, 10000, 10000, "consumer", (Protocol("roundrobin", _subscription(["t"])),), "c", "/h", 5
+    )
+    h.apply(h.machine.classic_join(500, req, h.now))
+    assert h.responses.pop(500).error == E.INCONSISTENT_GROUP_PROTOCOL
+    h.apply(h.machine.classic_leave(501, LeaveRequest("g", (LeaveMember("c1"), LeaveMember("zz"))), h.now))
+    res = h.responses.pop(501)
+    assert [m.error for m in res.members] == [E.NONE, E.UNKNOWN_MEMBER_ID]
+    assert set(h.group().members) == {"a"}
+
+
+def test_classic_join_to_an_empty_consumer_group_hands_it_to_the_classic_coordinator(h: Harness) -> None:
+    a = Client(h, "a", ["t"])
+    a.join()
+    a.leave()
+    from rallypoint.groups.events import JoinRequest, Protocol
+
+    req = JoinRequest("g", "", None, 10000, 10000, "consumer", (Protocol("range", _subscription(["t"])),), "c", "/h", 5)
+    h.apply(h.machine.classic_join(600, req, h.now))
+    assert h.responses.pop(600) is None
+    assert "g" not in h.machine.groups
+    assert h.log[-1] == (GroupMetadataKey("g"), None)
+
+
+def test_migration_policy_disabled_refuses_classic_members() -> None:
+    h = Harness(config=ConsumerGroupConfig(migration_policy="disabled", assignment_interval_ms=0))
+    h.topics.create("t", 2)
+    Client(h, "a", ["t"]).join()
+    assert classic_join(h, "c1", ["t"]).error == E.INCONSISTENT_GROUP_PROTOCOL

@@ -361,3 +361,38 @@ def test_admin_list_and_describe_with_type_filter_and_classic_fallback(
         30,
         "an Empty consumer group",
     )
+
+
+def test_classic_member_in_a_consumer_group(fast_broker: BrokerProcess, members: list[Member]) -> None:
+    """A classic-protocol consumer (JoinGroup/SyncGroup) joins a group that a consumer-protocol
+    member created: it becomes a classic member of the consumer group, partitions are shared by
+    the server assignor and never owned twice (docs/consumer-groups.md, "Classic members")."""
+    create_topic(fast_broker, "cg-m", 6)
+    produce(fast_broker, "cg-m", 60)
+    own = Ownership()
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    new = Member(fast_broker, group, ["cg-m"], "new", own)
+    members.append(new)
+    wait_until(lambda: len(new.owned()) == 6, 30, "the consumer-protocol member's 6 partitions")
+    old = Member(
+        fast_broker,
+        group,
+        ["cg-m"],
+        "old",
+        own,
+        **{"group.protocol": "classic", "session.timeout.ms": 6000, "heartbeat.interval.ms": 300},
+    )
+    members.append(old)
+    wait_until(lambda: len(new.owned()) == 3 and len(old.owned()) == 3, 30, "3 partitions each")
+    wait_until(lambda: sum(len(m.messages) for m in members) == 60, 30, "all 60 messages")
+    consumed = [(t, p, o) for m in members for t, p, o in m.messages]
+    assert len(consumed) == len(set(consumed)) == 60
+    d = _describe(fast_broker, group)
+    assert str(d.type).endswith("CONSUMER") and len(d.members) == 2
+    added = [e["protocol"] for e in fast_broker.events("consumer_group.member_added") if e["group"] == group]
+    assert sorted(added) == ["classic", "consumer"]
+    new.close()
+    wait_until(lambda: len(old.owned()) == 6, 30, "the classic member takes over all 6")
+    assert own.violations == []
+    old.close()
+    assert all(not m.errors for m in members), [m.errors for m in members]

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from rallypoint.protocol.consumer_group_records import (
+    ClassicMemberMetadata,
+    ClassicProtocol,
     ConsumerKey,
     ConsumerRecord,
     ConsumerValue,
@@ -44,6 +46,9 @@ from rallypoint.protocol.consumer_group_records import (
     TargetAssignmentMetadataValue,
     TopicPartitions,
 )
+from rallypoint.protocol.consumer_protocol import Assignment as CPAssignment
+from rallypoint.protocol.consumer_protocol import ConsumerProtocolError, decode_subscription, encode_assignment
+from rallypoint.protocol.consumer_protocol import TopicPartitions as CPTopicPartitions
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import partition_for
 
@@ -57,7 +62,24 @@ from .consumer_events import (
     DescribedTopicPartitions,
     PersistConsumer,
 )
-from .events import ArmTimer, CancelTimer, ListedGroup, Note, Respond, TimerKey, Transition
+from .events import (
+    ArmTimer,
+    CancelTimer,
+    HeartbeatRequest,
+    HeartbeatResult,
+    JoinRequest,
+    JoinResult,
+    LeaveMemberResult,
+    LeaveRequest,
+    LeaveResult,
+    ListedGroup,
+    Note,
+    Respond,
+    SyncRequest,
+    SyncResult,
+    TimerKey,
+    Transition,
+)
 from .persist import response_error
 from .reconciliation import EpochAssignment, MemberAssignment, MemberState, reconcile
 
@@ -355,6 +377,7 @@ class ConsumerGroupMachine:
         self._pending: dict[int, _PendingWrite] = {}
         self._pending_by_group: dict[str, list[int]] = {}
         self._rebalance_armed: dict[tuple[str, str], int] = {}  # (group, member) -> epoch
+        self._join_armed: set[TimerKey] = set()  # classic members told to rejoin
         self._now = 0
         self._states: dict[str, str] = {}
 
@@ -597,7 +620,9 @@ class ConsumerGroupMachine:
                 continue
             self._states[group.group_id] = group.state()
             for m in group.members.values():
-                self._arm(_timer("session", group.group_id, m.member_id), self.config.session_timeout_ms)
+                classic = m.meta.classic_member_metadata
+                timeout = classic.session_timeout_ms if classic is not None else self.config.session_timeout_ms
+                self._arm(_timer("session", group.group_id, m.member_id), timeout)
                 if m.assignment.state == MemberState.UNREVOKED_PARTITIONS:
                     self._arm_rebalance(group, m)
             self._note(
@@ -722,75 +747,15 @@ class ConsumerGroupMachine:
             self.groups[gid] = group
         old_member = existing
         if replaced is not None:
-            # static replacement: the new id takes over the old member's metadata, target and
-            # partitions (at epoch 0); the old id is removed (docs/consumer-groups.md, "Static membership")
-            old_target = group.target.get(replaced.member_id)
-            old_assigned = replaced.assignment.assigned
-            self._write(op, CurrentMemberAssignmentKey(gid, replaced.member_id), None)
-            self._write(op, TargetAssignmentMemberKey(gid, replaced.member_id), None)
-            self._write(op, MemberMetadataKey(gid, replaced.member_id), None)
-            self._write(op, MemberMetadataKey(gid, member_id), replaced.meta)
-            if old_target is not None:
-                self._write(op, TargetAssignmentMemberKey(gid, member_id), _target_value(old_target))
-            self._write(
-                op,
-                CurrentMemberAssignmentKey(gid, member_id),
-                _assignment_record(
-                    MemberAssignment(0, 0, MemberState.STABLE, {t: dict(ps) for t, ps in old_assigned.items()})
-                ),
-            )
+            self._replace_static(op, group, replaced, member_id)
             old_member = group.members[member_id]
-            self._note("consumer_group.static_member_replaced", group=gid, old=replaced.member_id, new=member_id)
         old_meta = old_member.meta if old_member is not None else _BLANK_META
-        old_assignor = self._preferred_assignor(group)
         new_meta = _updated_meta(old_meta, req)
-        subscription_changed = set(new_meta.subscribed_topic_names) != set(old_meta.subscribed_topic_names)
-        regex_changed = (new_meta.subscribed_topic_regex or None) != (old_meta.subscribed_topic_regex or None)
-        if old_member is None or new_meta != old_meta:
-            self._write(op, MemberMetadataKey(gid, member_id), new_meta)
-            if old_member is None:
-                self._note("consumer_group.member_added", group=gid, member=member_id, instance=req.instance_id)
-        member = group.members[member_id]
-        bump = subscription_changed or regex_changed or self._preferred_assignor(group) != old_assignor
-        # --- regexes: drop unused ones, (re)resolve new ones and ones whose topics may have changed
-        old_regex = old_meta.subscribed_topic_regex
-        if regex_changed and old_regex and old_regex in group.regexes and group.regex_subscribers(old_regex) == 0:
-            self._write(op, RegularExpressionKey(gid, old_regex), None)
-        if self._refresh_regexes(op, group):
-            bump = True
-        # --- metadata hash
-        new_hash = group_metadata_hash(self._subscribed_topics(group))
-        if new_hash != group.metadata_hash:
-            bump = True
-        if bump:
-            self._write(op, GroupMetadataKey(gid), GroupMetadataValue(group.epoch + 1, new_hash))
-            if group.has_partition_metadata:
-                self._write(op, PartitionMetadataKey(gid), None)
-        # --- target assignment
         try:
-            self._maybe_compute_target(op, group)
+            before, after = self._update_member(op, group, member_id, old_member, new_meta, req.topic_partitions)
         except AssignorError as e:
-            self._undo(gid, op.undo, op.created_group)
             respond(self._error(ErrorCode.UNKNOWN_SERVER_ERROR, f"Failed to compute a new target assignment: {e}"))
             return
-        # --- reconciliation
-        before = member.assignment
-        target = group.target.get(member_id, {})
-        after = reconcile(
-            before,
-            group.assignment_epoch,
-            target,
-            self._member_topic_ids(group, member),
-            req.topic_partitions,
-            group.partition_epoch,
-            subscription_changed or regex_changed,
-        )
-        if after != before:
-            self._write(op, CurrentMemberAssignmentKey(gid, member_id), _assignment_record(after))
-            if after.state == MemberState.UNREVOKED_PARTITIONS:
-                self._arm_rebalance(group, member)
-            else:
-                self._cancel_rebalance(gid, member_id)
         self._arm(_timer("session", gid, member_id), self.config.session_timeout_ms)
 
         full = (
@@ -814,6 +779,76 @@ class ConsumerGroupMachine:
             respond(result if error is None else self._error(error))
 
         self._commit(op, done)
+
+    def _update_member(
+        self,
+        op: _Op,
+        group: ConsumerGroup,
+        member_id: str,
+        old_member: ConsumerMember | None,
+        new_meta: MemberMetadataValue,
+        owned: Mapping[uuid.UUID, frozenset[int]] | None,
+    ) -> tuple[MemberAssignment, MemberAssignment]:
+        """Steps shared by a heartbeat and a classic member's JoinGroup: member metadata record,
+        regexes, metadata hash, epoch bump, target assignment, reconciliation of this member.
+        (assignment before, after).  Raises AssignorError after undoing the op's records."""
+        gid = group.group_id
+        old_meta = old_member.meta if old_member is not None else _BLANK_META
+        old_assignor = self._preferred_assignor(group)
+        subscription_changed = set(new_meta.subscribed_topic_names) != set(old_meta.subscribed_topic_names)
+        regex_changed = (new_meta.subscribed_topic_regex or None) != (old_meta.subscribed_topic_regex or None)
+        if old_member is None or new_meta != old_meta:
+            self._write(op, MemberMetadataKey(gid, member_id), new_meta)
+            if old_member is None:
+                self._note(
+                    "consumer_group.member_added",
+                    group=gid,
+                    member=member_id,
+                    instance=new_meta.instance_id,
+                    protocol="consumer" if new_meta.classic_member_metadata is None else "classic",
+                )
+        member = group.members[member_id]
+        bump = subscription_changed or regex_changed or self._preferred_assignor(group) != old_assignor
+        # --- regexes: drop unused ones, (re)resolve new ones and ones whose topics may have changed
+        old_regex = old_meta.subscribed_topic_regex
+        if regex_changed and old_regex and old_regex in group.regexes and group.regex_subscribers(old_regex) == 0:
+            self._write(op, RegularExpressionKey(gid, old_regex), None)
+        if self._refresh_regexes(op, group):
+            bump = True
+        # --- metadata hash
+        new_hash = group_metadata_hash(self._subscribed_topics(group))
+        if new_hash != group.metadata_hash:
+            bump = True
+        if bump:
+            self._write(op, GroupMetadataKey(gid), GroupMetadataValue(group.epoch + 1, new_hash))
+            if group.has_partition_metadata:
+                self._write(op, PartitionMetadataKey(gid), None)
+        # --- target assignment
+        try:
+            self._maybe_compute_target(op, group)
+        except AssignorError:
+            self._undo(gid, op.undo, op.created_group)
+            op.records.clear()
+            op.undo.clear()
+            raise
+        # --- reconciliation
+        before = member.assignment
+        after = reconcile(
+            before,
+            group.assignment_epoch,
+            group.target.get(member_id, {}),
+            self._member_topic_ids(group, member),
+            owned,
+            group.partition_epoch,
+            subscription_changed or regex_changed,
+        )
+        if after != before:
+            self._write(op, CurrentMemberAssignmentKey(gid, member_id), _assignment_record(after))
+            if after.state == MemberState.UNREVOKED_PARTITIONS:
+                self._arm_rebalance(group, member)
+            else:
+                self._cancel_rebalance(gid, member_id)
+        return before, after
 
     def _refresh_regexes(self, op: _Op, group: ConsumerGroup) -> bool:
         """Resolve the regexes members use that are unresolved, or all of them when the set of
@@ -916,6 +951,294 @@ class ConsumerGroupMachine:
             partitions=sum(partitions.values()),
         )
 
+    # ------------------------------------------------------- classic members (JoinGroup ...)
+
+    def classic_join(self, token: int, req: JoinRequest, now_ms: int) -> list[ConsumerEffect]:
+        """A classic JoinGroup for a consumer group (``classicGroupJoinToConsumerGroup``; docs
+        "Classic members").  Answers a JoinResult, or ``None`` when the group is empty: it is
+        then deleted here and the classic coordinator takes the join (the group changes type)."""
+        self._begin(now_ms)
+        self._classic_join(token, req)
+        return self._end()
+
+    def _classic_join(self, token: int, req: JoinRequest) -> None:
+        def respond(result: JoinResult | None) -> None:
+            self._effects.append(Respond(token, result))
+
+        def fail(code: ErrorCode, member_id: str = "") -> None:
+            respond(JoinResult(code, member_id=member_id))
+
+        gid = req.group_id
+        group = self.groups.get(gid)
+        if group is None:
+            respond(None)
+            return
+        if not group.members:
+            # an empty consumer group becomes a classic group: drop it, the classic side joins
+            op = _Op(gid)
+            self._delete_records(op, group)
+            self._note("consumer_group.converted_to_classic", group=gid)
+            self._commit(op, lambda e: respond(None) if e is None else fail(e))
+            return
+        if self.config.migration_policy == "disabled":
+            fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            return
+        if req.protocol_type != PROTOCOL_TYPE or not req.protocols or not self._supports(group, req):
+            fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            return
+        try:
+            subscription = decode_subscription(req.protocols[0].metadata)
+        except (ConsumerProtocolError, ValueError):
+            fail(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+            return
+        member_id = req.member_id
+        replaced: ConsumerMember | None = None
+        existing: ConsumerMember | None = None
+        if req.group_instance_id is None:
+            if not member_id:
+                if req.api_version >= 4:
+                    # the id comes back with MEMBER_ID_REQUIRED; nothing is kept until it rejoins
+                    fail(ErrorCode.MEMBER_ID_REQUIRED, self._new_member_id())
+                    return
+                member_id = self._new_member_id()
+            existing = group.members.get(member_id)
+            if existing is not None and existing.uses_consumer_protocol:
+                fail(ErrorCode.UNKNOWN_MEMBER_ID, member_id)
+                return
+        else:
+            holder = group.static.get(req.group_instance_id)
+            if not member_id:
+                member_id = self._new_member_id()
+            if holder is not None and holder != member_id:
+                replaced = group.members[holder]
+            elif holder == member_id:
+                existing = group.members[holder]
+        if existing is None and replaced is None and len(group.members) >= self.config.max_size:
+            fail(ErrorCode.GROUP_MAX_SIZE_REACHED, member_id)
+            return
+        op = _Op(gid)
+        if replaced is not None:
+            self._replace_static(op, group, replaced, member_id)
+            existing = group.members[member_id]
+        owned: dict[uuid.UUID, frozenset[int]] = {}
+        for tp in subscription.owned_partitions:
+            t = self.topics.get(tp.topic)
+            if t is not None:
+                owned[t.topic_id] = frozenset(tp.partitions)
+        old_meta = existing.meta if existing is not None else _BLANK_META
+        new_meta = replace(
+            old_meta,
+            instance_id=req.group_instance_id,
+            rack_id=subscription.rack_id,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            subscribed_topic_names=tuple(sorted(set(subscription.topics))),
+            subscribed_topic_regex=None,
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            server_assignor=None,
+            classic_member_metadata=ClassicMemberMetadata(
+                req.session_timeout_ms, tuple(ClassicProtocol(p.name, p.metadata) for p in req.protocols)
+            ),
+        )
+        try:
+            _before, after = self._update_member(op, group, member_id, existing, new_meta, owned)
+        except AssignorError:
+            fail(ErrorCode.UNKNOWN_SERVER_ERROR, member_id)
+            return
+        self._join_armed.discard(_timer("join", gid, member_id))
+        self._cancel(_timer("join", gid, member_id))
+        self._arm(_timer("session", gid, member_id), req.session_timeout_ms)
+        self._arm(_timer("sync", gid, member_id), req.rebalance_timeout_ms)
+        result = JoinResult(
+            ErrorCode.NONE,
+            member_id=member_id,
+            generation_id=after.epoch,
+            protocol_type=PROTOCOL_TYPE,
+            protocol_name=req.protocols[0].name,
+            leader="",
+            members=(),
+        )
+        self._commit(op, lambda e: respond(result) if e is None else fail(e, member_id))
+
+    @staticmethod
+    def _supports(group: ConsumerGroup, req: JoinRequest) -> bool:
+        """At least one of the joining member's protocols is supported by every classic member."""
+        names = {p.name for p in req.protocols}
+        for m in group.members.values():
+            c = m.meta.classic_member_metadata
+            if c is not None and m.member_id != req.member_id:
+                names &= {p.name for p in c.supported_protocols}
+        return bool(names)
+
+    def _classic_member(
+        self, group: ConsumerGroup | None, member_id: str, instance_id: str | None
+    ) -> tuple[ConsumerMember | None, ErrorCode]:
+        if group is None:
+            return None, ErrorCode.UNKNOWN_MEMBER_ID
+        m = group.members.get(member_id)
+        if instance_id is not None:
+            holder = group.static.get(instance_id)
+            if holder is None:
+                return None, ErrorCode.UNKNOWN_MEMBER_ID
+            if holder != member_id:
+                return None, ErrorCode.FENCED_INSTANCE_ID
+        if m is None or m.uses_consumer_protocol:
+            return None, ErrorCode.UNKNOWN_MEMBER_ID
+        return m, ErrorCode.NONE
+
+    def classic_sync(self, token: int, req: SyncRequest, now_ms: int) -> list[ConsumerEffect]:
+        """A classic member's SyncGroup: its current partitions, or REBALANCE_IN_PROGRESS."""
+        self._begin(now_ms)
+        group = self.groups.get(req.group_id)
+        m, err = self._classic_member(group, req.member_id, req.group_instance_id)
+        if m is None or group is None:
+            result = SyncResult(err)
+        elif req.generation_id != m.epoch:
+            result = SyncResult(ErrorCode.ILLEGAL_GENERATION)
+        elif not self._protocol_matches(m, req.protocol_type, req.protocol_name):
+            result = SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+        elif m.assignment.state != MemberState.UNREVOKED_PARTITIONS and group.assignment_epoch > m.epoch:
+            result = SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
+        else:
+            classic = m.meta.classic_member_metadata
+            assert classic is not None
+            self._cancel(_timer("sync", group.group_id, m.member_id))
+            self._arm(_timer("session", group.group_id, m.member_id), classic.session_timeout_ms)
+            protocol = classic.supported_protocols[0] if classic.supported_protocols else None
+            result = SyncResult(
+                ErrorCode.NONE,
+                PROTOCOL_TYPE,
+                protocol.name if protocol is not None else None,
+                self._classic_assignment(m, protocol.metadata if protocol is not None else b""),
+            )
+        self._effects.append(Respond(token, result))
+        return self._end()
+
+    @staticmethod
+    def _protocol_matches(m: ConsumerMember, protocol_type: str | None, protocol_name: str | None) -> bool:
+        c = m.meta.classic_member_metadata
+        if protocol_type is not None and protocol_type != PROTOCOL_TYPE:
+            return False
+        if protocol_name is not None and c is not None and c.supported_protocols:
+            return protocol_name == c.supported_protocols[0].name
+        return True
+
+    def _classic_assignment(self, m: ConsumerMember, subscription_metadata: bytes) -> bytes:
+        """The member's assigned partitions as a ConsumerProtocolAssignment of its subscription's
+        version."""
+        try:
+            version = min(decode_subscription(subscription_metadata).version, 3)
+        except (ConsumerProtocolError, ValueError):
+            version = 0
+        parts = []
+        for tid, ps in sorted(m.assignment.assigned.items(), key=lambda kv: str(kv[0])):
+            t = self.topics.by_id(tid)
+            if t is not None and ps:
+                parts.append(CPTopicPartitions(t.name, tuple(sorted(ps))))
+        return encode_assignment(CPAssignment(version, tuple(sorted(parts, key=lambda x: x.topic))))
+
+    def classic_heartbeat(self, token: int, req: HeartbeatRequest, now_ms: int) -> list[ConsumerEffect]:
+        """A classic member's Heartbeat: keeps its session; REBALANCE_IN_PROGRESS when it must
+        rejoin to make progress towards its target."""
+        self._begin(now_ms)
+        group = self.groups.get(req.group_id)
+        m, err = self._classic_member(group, req.member_id, req.group_instance_id)
+        if m is None or group is None:
+            result = HeartbeatResult(err)
+        elif req.generation_id != m.epoch:
+            result = HeartbeatResult(ErrorCode.ILLEGAL_GENERATION)
+        else:
+            classic = m.meta.classic_member_metadata
+            assert classic is not None
+            self._arm(_timer("session", group.group_id, m.member_id), classic.session_timeout_ms)
+            a = m.assignment
+            rejoin = (
+                m.epoch < group.assignment_epoch
+                or group.epoch > group.assignment_epoch
+                or a.state == MemberState.UNREVOKED_PARTITIONS
+                or (a.state == MemberState.UNRELEASED_PARTITIONS and not self._still_held(group, m))
+            )
+            if rejoin:
+                key = _timer("join", group.group_id, m.member_id)
+                if key not in self._join_armed:
+                    self._join_armed.add(key)
+                    self._arm(key, max(m.meta.rebalance_timeout_ms, 0))
+                result = HeartbeatResult(ErrorCode.REBALANCE_IN_PROGRESS)
+            else:
+                result = HeartbeatResult(ErrorCode.NONE)
+        self._effects.append(Respond(token, result))
+        return self._end()
+
+    @staticmethod
+    def _still_held(group: ConsumerGroup, m: ConsumerMember) -> bool:
+        """Is any partition of the member's target it does not have yet held by another member?"""
+        for t, ps in group.target.get(m.member_id, {}).items():
+            have = m.assignment.assigned.get(t, {})
+            for p in ps:
+                if p not in have:
+                    o = group.owners.get((t, p))
+                    if o is not None and o[0] != m.member_id:
+                        return True
+        return False
+
+    def classic_leave(self, token: int, req: LeaveRequest, now_ms: int) -> list[ConsumerEffect]:
+        """LeaveGroup for a consumer group: members by id, static members by instance id (an
+        empty member id is an admin removal); the valid ones are removed together."""
+        self._begin(now_ms)
+        group = self.groups.get(req.group_id)
+        results: list[LeaveMemberResult] = []
+        leaving: list[str] = []
+        for lm in req.members:
+            if group is None:
+                results.append(LeaveMemberResult(lm.member_id, lm.group_instance_id, ErrorCode.UNKNOWN_MEMBER_ID))
+                continue
+            if lm.group_instance_id is None:
+                m = group.members.get(lm.member_id)
+                err = ErrorCode.NONE if m is not None else ErrorCode.UNKNOWN_MEMBER_ID
+                mid = lm.member_id
+            else:
+                holder = group.static.get(lm.group_instance_id)
+                if holder is None:
+                    err, mid = ErrorCode.UNKNOWN_MEMBER_ID, lm.member_id
+                elif lm.member_id and lm.member_id != holder:
+                    err, mid = ErrorCode.FENCED_INSTANCE_ID, lm.member_id
+                else:
+                    err, mid = ErrorCode.NONE, holder
+            results.append(LeaveMemberResult(lm.member_id, lm.group_instance_id, err))
+            if err == ErrorCode.NONE and mid not in leaving:
+                leaving.append(mid)
+        result = LeaveResult(ErrorCode.NONE, tuple(results))
+        if group is None or not leaving:
+            self._effects.append(Respond(token, result))
+            return self._end()
+        op = _Op(group.group_id)
+        self._fence(op, group, leaving, "left the group (LeaveGroup)")
+        self._commit(op, lambda e: self._effects.append(Respond(token, result if e is None else LeaveResult(e))))
+        return self._end()
+
+    def _replace_static(self, op: _Op, group: ConsumerGroup, replaced: ConsumerMember, member_id: str) -> None:
+        """The new member id takes over the old static member's metadata, target and partitions
+        (at epoch 0); the old id is removed (docs/consumer-groups.md, "Static membership")."""
+        gid = group.group_id
+        old_target = group.target.get(replaced.member_id)
+        old_assigned = replaced.assignment.assigned
+        self._write(op, CurrentMemberAssignmentKey(gid, replaced.member_id), None)
+        self._write(op, TargetAssignmentMemberKey(gid, replaced.member_id), None)
+        self._write(op, MemberMetadataKey(gid, replaced.member_id), None)
+        self._write(op, MemberMetadataKey(gid, member_id), replaced.meta)
+        if old_target is not None:
+            self._write(op, TargetAssignmentMemberKey(gid, member_id), _target_value(old_target))
+        self._write(
+            op,
+            CurrentMemberAssignmentKey(gid, member_id),
+            _assignment_record(
+                MemberAssignment(0, 0, MemberState.STABLE, {t: dict(ps) for t, ps in old_assigned.items()})
+            ),
+        )
+        for kind in ("session", "rebalance", "join", "sync"):
+            self._cancel(_timer(kind, gid, replaced.member_id))
+        self._note("consumer_group.static_member_replaced", group=gid, old=replaced.member_id, new=member_id)
+
     # ------------------------------------------------------------------------ leaving
 
     def _leave(self, req: ConsumerHeartbeat, respond: Callable[[ConsumerHeartbeatResult], None]) -> None:
@@ -983,7 +1306,9 @@ class ConsumerGroupMachine:
             self._write(op, CurrentMemberAssignmentKey(gid, mid), None)
             self._write(op, TargetAssignmentMemberKey(gid, mid), None)
             self._write(op, MemberMetadataKey(gid, mid), None)
-            self._cancel(_timer("session", gid, mid))
+            for kind in ("session", "join", "sync"):
+                self._cancel(_timer(kind, gid, mid))
+            self._join_armed.discard(_timer("join", gid, mid))
             self._cancel_rebalance(gid, mid)
             self._note("consumer_group.member_removed", group=gid, member=mid, reason=reason)
         used = set(group.regex_users)
@@ -1015,6 +1340,11 @@ class ConsumerGroupMachine:
             if group is not None and member is not None:
                 if kind == "session":
                     self._expire(group, mid, "session timeout expired")
+                elif kind == "join":
+                    self._join_armed.discard(key)
+                    self._expire(group, mid, "did not rejoin within the rebalance timeout")
+                elif kind == "sync":
+                    self._expire(group, mid, "did not sync within the rebalance timeout")
                 elif kind == "rebalance":
                     armed = self._rebalance_armed.pop((gid, mid), None)
                     if armed is not None and armed == member.epoch:
@@ -1171,22 +1501,27 @@ class ConsumerGroupMachine:
             self._effects.append(Respond(token, err if err is not None else ErrorCode.GROUP_ID_NOT_FOUND))
             return self._end()
         op = _Op(group_id)
-        members = sorted(set(group.members) | set(group.target))
-        for mid in members:
-            self._write(op, CurrentMemberAssignmentKey(group_id, mid), None)
-        for mid in members:
-            self._write(op, TargetAssignmentMemberKey(group_id, mid), None)
-        self._write(op, TargetAssignmentMetadataKey(group_id), None)
-        for mid in members:
-            self._write(op, MemberMetadataKey(group_id, mid), None)
-        for rx in sorted(group.regexes):
-            self._write(op, RegularExpressionKey(group_id, rx), None)
-        if group.has_partition_metadata:
-            self._write(op, PartitionMetadataKey(group_id), None)
-        self._write(op, GroupMetadataKey(group_id), None)
+        self._delete_records(op, group)
         self._note("consumer_group.deleted", group=group_id)
         self._commit(op, lambda e: self._effects.append(Respond(token, e if e is not None else ErrorCode.NONE)))
         return self._end()
+
+    def _delete_records(self, op: _Op, group: ConsumerGroup) -> None:
+        """Tombstones for the whole group in Kafka's order (8s, 7s, 6, 5s, 16s, 4, 3)."""
+        gid = group.group_id
+        members = sorted(set(group.members) | set(group.target))
+        for mid in members:
+            self._write(op, CurrentMemberAssignmentKey(gid, mid), None)
+        for mid in members:
+            self._write(op, TargetAssignmentMemberKey(gid, mid), None)
+        self._write(op, TargetAssignmentMetadataKey(gid), None)
+        for mid in members:
+            self._write(op, MemberMetadataKey(gid, mid), None)
+        for rx in sorted(group.regexes):
+            self._write(op, RegularExpressionKey(gid, rx), None)
+        if group.has_partition_metadata:
+            self._write(op, PartitionMetadataKey(gid), None)
+        self._write(op, GroupMetadataKey(gid), None)
 
     def shutdown(self, now_ms: int) -> list[ConsumerEffect]:
         """Answer every request still waiting for a write with NOT_COORDINATOR."""

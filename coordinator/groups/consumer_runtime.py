@@ -40,7 +40,23 @@ from .consumer_events import (
     DescribedConsumerGroup,
     PersistConsumer,
 )
-from .events import ArmTimer, CancelTimer, ListedGroup, Note, Respond, TimerKey, Transition
+from .events import (
+    ArmTimer,
+    CancelTimer,
+    HeartbeatRequest,
+    HeartbeatResult,
+    JoinRequest,
+    JoinResult,
+    LeaveRequest,
+    LeaveResult,
+    ListedGroup,
+    Note,
+    Respond,
+    SyncRequest,
+    SyncResult,
+    TimerKey,
+    Transition,
+)
 
 log = get_logger("rallypoint.consumer_groups")
 
@@ -158,6 +174,36 @@ class ConsumerGroupsRuntime:
         self._apply(self.machine.heartbeat(token, req, self.clock.now_ms()))
         result = await fut
         assert isinstance(result, ConsumerHeartbeatResult)
+        return result
+
+    async def _call(self, call: Callable[[int, int], list[ConsumerEffect]]) -> Any:
+        token = next(self._tokens)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._futures[token] = fut
+        self._apply(call(token, self.clock.now_ms()))
+        return await fut
+
+    # classic members of consumer groups (docs/consumer-groups.md, "Classic members")
+
+    async def join(self, req: JoinRequest) -> JoinResult | None:
+        """None: not (or no longer) a consumer group; the classic coordinator takes the join."""
+        result = await self._call(lambda t, now: self.machine.classic_join(t, req, now))
+        assert result is None or isinstance(result, JoinResult)
+        return result
+
+    async def sync(self, req: SyncRequest) -> SyncResult:
+        result = await self._call(lambda t, now: self.machine.classic_sync(t, req, now))
+        assert isinstance(result, SyncResult)
+        return result
+
+    async def classic_heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
+        result = await self._call(lambda t, now: self.machine.classic_heartbeat(t, req, now))
+        assert isinstance(result, HeartbeatResult)
+        return result
+
+    async def leave(self, req: LeaveRequest) -> LeaveResult:
+        result = await self._call(lambda t, now: self.machine.classic_leave(t, req, now))
+        assert isinstance(result, LeaveResult)
         return result
 
     async def delete_group(self, group_id: str) -> ErrorCode:
