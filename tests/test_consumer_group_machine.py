@@ -722,3 +722,62 @@ def test_migration_policy_disabled_refuses_classic_members() -> None:
     h.topics.create("t", 2)
     Client(h, "a", ["t"]).join()
     assert classic_join(h, "c1", ["t"]).error == E.INCONSISTENT_GROUP_PROTOCOL
+
+
+def test_upgrade_records_from_a_classic_group(h: Harness) -> None:
+    """The conversion of a live classic group (online upgrade), then a consumer-protocol member
+    joining it and the classic members following the server's assignment."""
+    from rallypoint.groups.consumer_events import ClassicGroupSnapshot, ClassicMemberSnapshot
+    from rallypoint.protocol.consumer_protocol import Assignment, TopicPartitions, encode_assignment
+
+    def member(mid: str, parts: tuple[int, ...]) -> ClassicMemberSnapshot:
+        return ClassicMemberSnapshot(
+            mid,
+            None,
+            "cid",
+            "/h",
+            10000,
+            20000,
+            (("range", _subscription(["t"])),),
+            encode_assignment(Assignment(0, (TopicPartitions("t", parts),))),
+        )
+
+    snap = ClassicGroupSnapshot("g", 7, "consumer", "range", (member("c1", (0, 1, 2)), member("c2", (3, 4, 5))))
+    records = h.machine.upgrade_records(snap)
+    assert isinstance(records, list)
+    for k, v in records:
+        h.machine.replay(k, v)
+    g = h.group()
+    assert (g.epoch, g.assignment_epoch, g.state()) == (7, 7, "Stable")
+    tid = h.topics.get("t").topic_id
+    assert g.members["c1"].assignment.assigned == {tid: {0: 7, 1: 7, 2: 7}}
+    assert all(not m.uses_consumer_protocol for m in g.members.values())
+    # the consumer-protocol member that triggered the upgrade joins: epoch 8, partitions move
+    n = Client(h, "n", ["t"])
+    n.join()
+    assert h.group().epoch == 8 and n.count() == 0
+    for _ in range(3):
+        for cid in ("c1", "c2"):
+            m = h.group().members[cid]
+            if classic_heartbeat(h, cid, m.epoch) == E.REBALANCE_IN_PROGRESS:
+                r = classic_join(h, cid, ["t"])
+                assert r.error == E.NONE
+                s, _assignment = classic_sync(h, cid, r.generation_id)
+                assert s.error == E.NONE
+        n.beat()
+        h.check_single_owner()
+    assert n.count() == 2 and h.group().state() == "Stable"
+    # refusals
+    assert (
+        h.machine.upgrade_records(ClassicGroupSnapshot("x", 1, "connect", "range", (member("a", (0,)),)))
+        == E.GROUP_ID_NOT_FOUND
+    )
+    with_user_data = ClassicMemberSnapshot(
+        "a", None, "c", "/h", 1, 1, (("sticky", _subscription(["t"])),), encode_assignment(Assignment(0, (), b"x"))
+    )
+    assert (
+        h.machine.upgrade_records(ClassicGroupSnapshot("x", 1, "consumer", "sticky", (with_user_data,)))
+        == E.GROUP_ID_NOT_FOUND
+    )
+    down = Harness(config=ConsumerGroupConfig(migration_policy="downgrade"))
+    assert down.machine.upgrade_records(snap) == E.GROUP_ID_NOT_FOUND

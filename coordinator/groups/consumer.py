@@ -47,13 +47,19 @@ from rallypoint.protocol.consumer_group_records import (
     TopicPartitions,
 )
 from rallypoint.protocol.consumer_protocol import Assignment as CPAssignment
-from rallypoint.protocol.consumer_protocol import ConsumerProtocolError, decode_subscription, encode_assignment
+from rallypoint.protocol.consumer_protocol import (
+    ConsumerProtocolError,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+)
 from rallypoint.protocol.consumer_protocol import TopicPartitions as CPTopicPartitions
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import partition_for
 
 from .assignors import BUILTIN, Assignor, AssignorError, GroupSpec, MemberSpec
 from .consumer_events import (
+    ClassicGroupSnapshot,
     ConsumerEffect,
     ConsumerHeartbeat,
     ConsumerHeartbeatResult,
@@ -849,6 +855,77 @@ class ConsumerGroupMachine:
             else:
                 self._cancel_rebalance(gid, member_id)
         return before, after
+
+    def upgrade_records(self, snap: ClassicGroupSnapshot) -> list[ConsumerRecord] | ErrorCode:
+        """The records that turn a live classic group into a consumer group (Kafka's online
+        upgrade, ``ConsumerGroup.fromClassicGroup``): group epoch = assignment epoch = the
+        generation; every member STABLE at that epoch with its last classic assignment as both
+        current and target assignment, and its session timeout and protocols kept as classic
+        metadata.  An ErrorCode (GROUP_ID_NOT_FOUND, as Kafka answers) when the policy, the
+        protocol type, the size or a member's assignment user data does not allow it.
+
+        Not wired yet: the classic coordinator must provide the snapshot and drop its group
+        (docs/consumer-groups.md, "Classic groups")."""
+        if self.config.migration_policy not in ("bidirectional", "upgrade"):
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if snap.protocol_type != PROTOCOL_TYPE or len(snap.members) > self.config.max_size:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        gid, gen = snap.group_id, snap.generation
+        metas: list[ConsumerRecord] = []
+        targets: list[ConsumerRecord] = []
+        currents: list[ConsumerRecord] = []
+        topics: dict[str, TopicInfo] = {}
+        for m in snap.members:
+            chosen = next((meta for name, meta in m.protocols if name == snap.protocol_name), None)
+            try:
+                sub = decode_subscription(chosen if chosen is not None else m.protocols[0][1])
+                assignment = decode_assignment(m.assignment) if m.assignment else None
+            except (ConsumerProtocolError, ValueError, IndexError):
+                return ErrorCode.GROUP_ID_NOT_FOUND
+            if assignment is not None and assignment.user_data:
+                return ErrorCode.GROUP_ID_NOT_FOUND  # a custom assignor's state cannot be carried over
+            assigned: EpochAssignment = {}
+            for tp in assignment.partitions if assignment is not None else ():
+                t = self.topics.get(tp.topic)
+                if t is not None:
+                    topics[t.name] = t
+                    assigned.setdefault(t.topic_id, {}).update(dict.fromkeys(tp.partitions, gen))
+            for name in sub.topics:
+                t = self.topics.get(name)
+                if t is not None:
+                    topics[name] = t
+            metas.append(
+                (
+                    MemberMetadataKey(gid, m.member_id),
+                    MemberMetadataValue(
+                        m.instance_id,
+                        sub.rack_id,
+                        m.client_id,
+                        m.client_host,
+                        tuple(sorted(set(sub.topics))),
+                        None,
+                        m.rebalance_timeout_ms,
+                        None,
+                        ClassicMemberMetadata(
+                            m.session_timeout_ms, tuple(ClassicProtocol(n, meta) for n, meta in m.protocols)
+                        ),
+                    ),
+                )
+            )
+            targets.append((TargetAssignmentMemberKey(gid, m.member_id), _target_value(assigned)))
+            currents.append(
+                (
+                    CurrentMemberAssignmentKey(gid, m.member_id),
+                    _assignment_record(MemberAssignment(gen, gen, MemberState.STABLE, assigned, {})),
+                )
+            )
+        return [
+            (GroupMetadataKey(gid), GroupMetadataValue(gen, group_metadata_hash(topics.values()))),
+            *metas,
+            *targets,
+            (TargetAssignmentMetadataKey(gid), TargetAssignmentMetadataValue(gen, 0)),
+            *currents,
+        ]
 
     def _refresh_regexes(self, op: _Op, group: ConsumerGroup) -> bool:
         """Resolve the regexes members use that are unresolved, or all of them when the set of

@@ -42,6 +42,30 @@ class ConsumerHeartbeat:
     api_version: int = 1
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMemberSnapshot:
+    """One member of a live classic group, as the classic coordinator describes it for an
+    online upgrade (docs/consumer-groups.md, "Classic groups")."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]  # (name, ConsumerProtocolSubscription) in preference order
+    assignment: bytes  # its ConsumerProtocolAssignment of the current generation
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupSnapshot:
+    group_id: str
+    generation: int
+    protocol_type: str
+    protocol_name: str | None
+    members: tuple[ClassicMemberSnapshot, ...]
+
+
 # ----------------------------------------------------------------------------------- results
 
 
