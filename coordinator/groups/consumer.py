@@ -1031,9 +1031,10 @@ class ConsumerGroupMachine:
     # ------------------------------------------------------- classic members (JoinGroup ...)
 
     def classic_join(self, token: int, req: JoinRequest, now_ms: int) -> list[ConsumerEffect]:
-        """A classic JoinGroup for a consumer group (``classicGroupJoinToConsumerGroup``; docs
-        "Classic members").  Answers a JoinResult, or ``None`` when the group is empty: it is
-        then deleted here and the classic coordinator takes the join (the group changes type)."""
+        """A classic JoinGroup for a consumer group (``classicGroupJoinToConsumerGroup``;
+        docs/consumer-groups.md, "Classic members").  Answers a JoinResult, or ``None`` when the
+        group is empty: it is then deleted here and the classic coordinator takes the join (the
+        group changes type)."""
         self._begin(now_ms)
         self._classic_join(token, req)
         return self._end()
