@@ -615,3 +615,43 @@ def decode_record(key: bytes, value: bytes | None) -> ConsumerRecord:
 
 def is_consumer_record_type(rtype: int) -> bool:
     return rtype in RECORD_TYPES
+
+
+RECORD_NAMES: Final = {
+    GROUP_METADATA: "consumer_group_metadata",
+    PARTITION_METADATA: "consumer_group_partition_metadata",
+    MEMBER_METADATA: "consumer_group_member_metadata",
+    TARGET_ASSIGNMENT_METADATA: "consumer_group_target_assignment_metadata",
+    TARGET_ASSIGNMENT_MEMBER: "consumer_group_target_assignment_member",
+    CURRENT_MEMBER_ASSIGNMENT: "consumer_group_current_member_assignment",
+    REGULAR_EXPRESSION: "consumer_group_regular_expression",
+}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.title() for w in rest)
+
+
+def to_json(obj: object) -> object:
+    """A key or value as JSON-able data (camelCase field names, as Kafka's JSON converters;
+    uuids as strings, bytes as their length) for dump tools and the pipeline."""
+    if obj is None or isinstance(obj, str | int | bool):
+        return obj
+    if isinstance(obj, uuid.UUID):
+        return str(obj)
+    if isinstance(obj, bytes):
+        return {"size": len(obj)}
+    if isinstance(obj, tuple):
+        return [to_json(x) for x in obj]
+    fields = getattr(obj, "__dataclass_fields__", None)
+    if fields is not None:
+        return {_camel(f): to_json(getattr(obj, f)) for f in fields if f != "record_type"}
+    raise TypeError(f"cannot describe {type(obj).__name__}")
+
+
+def describe(key: bytes, value: bytes | None) -> dict[str, object]:
+    """``{"type", "key", "value"}`` of one consumer-group record (value None for a tombstone);
+    raises ConsumerRecordError for bytes that do not decode."""
+    k, v = decode_record(key, value)
+    return {"type": RECORD_NAMES[k.record_type], "key": to_json(k), "value": to_json(v)}

@@ -30,6 +30,7 @@ from rallypoint.protocol.consumer_group_records import (
     decode_key,
     decode_record,
     decode_value,
+    describe,
     encode_key,
     encode_record,
     encode_value,
@@ -179,3 +180,19 @@ KEY_FOR = {
 def test_round_trip(v: object) -> None:
     key = KEY_FOR[type(v)]
     assert decode_record(*encode_record(key, v)) == (key, v)  # type: ignore[arg-type]
+
+
+def test_describe_for_dump_tools() -> None:
+    k, v = encode_record(
+        CurrentMemberAssignmentKey("g", "m"),
+        CurrentMemberAssignmentValue(4, 3, 0, (EpochTopicPartitions(TID, (0,), (4,)),), ()),
+    )
+    d = describe(k, v)
+    assert d["type"] == "consumer_group_current_member_assignment"
+    assert d["key"] == {"groupId": "g", "memberId": "m"}
+    assert d["value"]["memberEpoch"] == 4
+    assert d["value"]["assignedPartitions"] == [{"topicId": str(TID), "partitions": [0], "assignmentEpochs": [4]}]
+    tomb = describe(encode_key(GroupMetadataKey("g")), None)
+    assert tomb == {"type": "consumer_group_metadata", "key": {"groupId": "g"}, "value": None}
+    with pytest.raises(ConsumerRecordError):
+        describe(b"\x00\x05\x00", None)
