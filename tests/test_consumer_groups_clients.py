@@ -174,12 +174,12 @@ def test_three_consumers_uniform_then_one_leaves(fast_broker: BrokerProcess, mem
     group = f"g-{uuid.uuid4().hex[:8]}"
     for i in range(3):
         members.append(Member(fast_broker, group, ["cg-t"], f"c{i}", own))
-    wait_until(lambda: all(len(m.owned()) == 2 for m in members), 30, "2 partitions each")
-    wait_until(lambda: sum(len(m.messages) for m in members) == 60, 30, "all 60 messages")
+    wait_until(lambda: all(len(m.owned()) == 2 for m in members), 60, "2 partitions each")
+    wait_until(lambda: sum(len(m.messages) for m in members) == 60, 60, "all 60 messages")
     consumed = [(t, p, o) for m in members for t, p, o in m.messages]
     assert len(consumed) == len(set(consumed)) == 60  # every message once
     members[2].close()
-    wait_until(lambda: sorted(len(m.owned()) for m in members[:2]) == [3, 3], 30, "3 partitions each")
+    wait_until(lambda: sorted(len(m.owned()) for m in members[:2]) == [3, 3], 60, "3 partitions each")
     assert own.violations == []
     # committed offsets are where consumption stopped
     c = ck.Consumer({"bootstrap.servers": fast_broker.bootstrap, "group.id": group, "group.protocol": "consumer"})
@@ -212,20 +212,20 @@ def test_static_member_leaves_and_returns_and_duplicate_is_refused(
     a = Member(fast_broker, group, ["cg-s"], "a", own, **{"group.instance.id": "ia"})
     b = Member(fast_broker, group, ["cg-s"], "b", own, **{"group.instance.id": "ib"})
     members += [a, b]
-    wait_until(lambda: len(a.owned()) == 3 and len(b.owned()) == 3, 30, "3 partitions each")
+    wait_until(lambda: len(a.owned()) == 3 and len(b.owned()) == 3, 60, "3 partitions each")
     a_parts, b_parts = a.owned(), b.owned()
     a.close()  # leaves with epoch -2: its partitions stay reserved for its return
     time.sleep(1.5)
     assert b.owned() == b_parts
     a2 = Member(fast_broker, group, ["cg-s"], "a2", own, **{"group.instance.id": "ia"})
     members.append(a2)
-    wait_until(lambda: a2.owned() == a_parts, 30, "the returning static member's old partitions")
+    wait_until(lambda: a2.owned() == a_parts, 60, "the returning static member's old partitions")
     assert b.owned() == b_parts
     # a second live member with b's instance id is refused (fatal for librdkafka)
     dup = Member(fast_broker, group, ["cg-s"], "dup", own, **{"group.instance.id": "ib"})
     members.append(dup)
     # UNRELEASED_INSTANCE_ID, in librdkafka's words
-    wait_until(lambda: any("instance id is still used" in e.lower() for e in dup.errors), 30, "the refusal")
+    wait_until(lambda: any("instance id is still used" in e.lower() for e in dup.errors), 60, "the refusal")
     assert b.owned() == b_parts and own.violations == []
 
 
@@ -238,12 +238,12 @@ def test_range_assignor_static_members_two_topics(fast_broker: BrokerProcess, me
     # instance ids in the opposite order of joining: Kafka orders static members by instance id
     late = Member(fast_broker, group, ["cg-r1", "cg-r2"], "z", own, **conf, **{"group.instance.id": "i-2"})
     members.append(late)
-    wait_until(lambda: len(late.owned()) == 6, 30, "the first member's 6 partitions")
+    wait_until(lambda: len(late.owned()) == 6, 60, "the first member's 6 partitions")
     early = Member(fast_broker, group, ["cg-r1", "cg-r2"], "a", own, **conf, **{"group.instance.id": "i-1"})
     members.append(early)
     expect_first = {("cg-r1", 0), ("cg-r1", 1), ("cg-r2", 0), ("cg-r2", 1)}
     expect_second = {("cg-r1", 2), ("cg-r2", 2)}
-    wait_until(lambda: early.owned() == expect_first and late.owned() == expect_second, 30, "Kafka's range result")
+    wait_until(lambda: early.owned() == expect_first and late.owned() == expect_second, 60, "Kafka's range result")
     # heterogeneous: a third static member subscribed to one topic only
     third = Member(fast_broker, group, ["cg-r1"], "m", own, **conf, **{"group.instance.id": "i-3"})
     members.append(third)
@@ -265,9 +265,9 @@ def test_regex_subscription_picks_up_a_new_topic(fast_broker: BrokerProcess, mem
     own = Ownership()
     m = Member(fast_broker, f"g-{uuid.uuid4().hex[:8]}", ["^rp-.*"], "rx", own)
     members.append(m)
-    wait_until(lambda: m.owned() == {("rp-one", 0), ("rp-one", 1)}, 30, "the matching topic")
+    wait_until(lambda: m.owned() == {("rp-one", 0), ("rp-one", 1)}, 60, "the matching topic")
     create_topic(fast_broker, "rp-two", 3)
-    wait_until(lambda: len(m.owned()) == 5, 30, "the topic created later")
+    wait_until(lambda: len(m.owned()) == 5, 60, "the topic created later")
     assert all(t.startswith("rp-") for t, _ in m.owned())
 
 
@@ -281,15 +281,15 @@ def test_restart_replays_the_group_without_a_rebalance(
     group = f"g-{uuid.uuid4().hex[:8]}"
     a, b = Member(broker, group, ["cg-x"], "a", own), Member(broker, group, ["cg-x"], "b", own)
     members += [a, b]
-    wait_until(lambda: sum(len(m.messages) for m in members) == 60, 30, "the first 60 messages")
-    wait_until(lambda: len(a.owned()) == 3 and len(b.owned()) == 3, 30, "3 partitions each")
+    wait_until(lambda: sum(len(m.messages) for m in members) == 60, 60, "the first 60 messages")
+    wait_until(lambda: len(a.owned()) == 3 and len(b.owned()) == 3, 60, "3 partitions each")
     before = _describe(broker, group)
     parts = (a.owned(), b.owned())
     broker.restart()
     after = _describe(broker, group)
     assert (after.state, _epochs(after)) == (before.state, _epochs(before))
     produce(broker, "cg-x", 60)
-    wait_until(lambda: sum(len(m.messages) for m in members) == 120, 30, "60 more messages")
+    wait_until(lambda: sum(len(m.messages) for m in members) == 120, 60, "60 more messages")
     consumed = [(t, p, o) for m in members for t, p, o in m.messages]
     assert len(consumed) == len(set(consumed)) == 120  # nothing twice
     assert (a.owned(), b.owned()) == parts and own.violations == []
@@ -323,7 +323,7 @@ def test_admin_list_and_describe_with_type_filter_and_classic_fallback(
     own = Ownership()
     cgroup = f"cg-{uuid.uuid4().hex[:8]}"
     members.append(Member(fast_broker, cgroup, ["cg-a"], "c", own))
-    wait_until(lambda: len(members[0].owned()) == 2, 30, "the consumer-protocol member's partitions")
+    wait_until(lambda: len(members[0].owned()) == 2, 60, "the consumer-protocol member's partitions")
     classic_group = f"classic-{uuid.uuid4().hex[:8]}"
     classic = ck.Consumer(
         {"bootstrap.servers": fast_broker.bootstrap, "group.id": classic_group, "session.timeout.ms": 6000}
@@ -373,7 +373,7 @@ def test_classic_member_in_a_consumer_group(fast_broker: BrokerProcess, members:
     group = f"g-{uuid.uuid4().hex[:8]}"
     new = Member(fast_broker, group, ["cg-m"], "new", own)
     members.append(new)
-    wait_until(lambda: len(new.owned()) == 6, 30, "the consumer-protocol member's 6 partitions")
+    wait_until(lambda: len(new.owned()) == 6, 60, "the consumer-protocol member's 6 partitions")
     old = Member(
         fast_broker,
         group,
@@ -383,8 +383,8 @@ def test_classic_member_in_a_consumer_group(fast_broker: BrokerProcess, members:
         **{"group.protocol": "classic", "session.timeout.ms": 6000, "heartbeat.interval.ms": 300},
     )
     members.append(old)
-    wait_until(lambda: len(new.owned()) == 3 and len(old.owned()) == 3, 30, "3 partitions each")
-    wait_until(lambda: sum(len(m.messages) for m in members) == 60, 30, "all 60 messages")
+    wait_until(lambda: len(new.owned()) == 3 and len(old.owned()) == 3, 60, "3 partitions each")
+    wait_until(lambda: sum(len(m.messages) for m in members) == 60, 60, "all 60 messages")
     consumed = [(t, p, o) for m in members for t, p, o in m.messages]
     assert len(consumed) == len(set(consumed)) == 60
     d = _describe(fast_broker, group)
@@ -392,7 +392,7 @@ def test_classic_member_in_a_consumer_group(fast_broker: BrokerProcess, members:
     added = [e["protocol"] for e in fast_broker.events("consumer_group.member_added") if e["group"] == group]
     assert sorted(added) == ["classic", "consumer"]
     new.close()
-    wait_until(lambda: len(old.owned()) == 6, 30, "the classic member takes over all 6")
+    wait_until(lambda: len(old.owned()) == 6, 60, "the classic member takes over all 6")
     assert own.violations == []
     old.close()
     assert all(not m.errors for m in members), [m.errors for m in members]
