@@ -781,3 +781,15 @@ def test_upgrade_records_from_a_classic_group(h: Harness) -> None:
     )
     down = Harness(config=ConsumerGroupConfig(migration_policy="downgrade"))
     assert down.machine.upgrade_records(snap) == E.GROUP_ID_NOT_FOUND
+
+
+def test_load_refuses_a_record_giving_a_partition_two_owners(h: Harness) -> None:
+    from rallypoint.protocol.consumer_group_records import CurrentMemberAssignmentValue, EpochTopicPartitions
+
+    tid = h.topics.get("t").topic_id
+    both = CurrentMemberAssignmentValue(2, 1, 0, (EpochTopicPartitions(tid, (0,), (2,)),), ())
+    records = [(CurrentMemberAssignmentKey("g", "a"), both), (CurrentMemberAssignmentKey("g", "b"), both)]
+    effects = h.machine.load(h.machine.partition_for("g"), records, h.now)
+    assert any(getattr(e, "event", "") == "consumer_group.record_refused" for e in effects)
+    assert h.group().owners[(tid, 0)][0] == "a"
+    h.check_single_owner()

@@ -470,19 +470,21 @@ class ConsumerGroupMachine:
                     group.static[value.instance_id] = key.member_id
         elif isinstance(key, CurrentMemberAssignmentKey):
             m = group.members.get(key.member_id)
+            if m is None and value is None:
+                return
+            if value is None:
+                new = MemberAssignment(LEAVE_EPOCH, LEAVE_EPOCH, MemberState.STABLE)
+            else:
+                assert isinstance(value, CurrentMemberAssignmentValue)
+                new = _assignment_from_record(value)
+                self._check_claim(group, key.member_id, new)  # refuses before changing anything
             if m is None:
-                if value is None:
-                    return
                 m = group.members[key.member_id] = ConsumerMember(key.member_id)
             else:
                 group.drop(m)
             self._release(group, m)
-            if value is None:
-                m.assignment = MemberAssignment(LEAVE_EPOCH, LEAVE_EPOCH, MemberState.STABLE)
-            else:
-                assert isinstance(value, CurrentMemberAssignmentValue)
-                m.assignment = _assignment_from_record(value)
-                self._claim(group, m)
+            m.assignment = new
+            self._claim(group, m)
             group.add(m)
         elif isinstance(key, RegularExpressionKey):
             if value is None:
@@ -501,16 +503,22 @@ class ConsumerGroupMachine:
                         del group.owners[(t, p)]
 
     @staticmethod
+    def _check_claim(group: ConsumerGroup, member_id: str, a: MemberAssignment) -> None:
+        for part in (a.assigned, a.pending_revocation):
+            for t, ps in part.items():
+                for p in ps:
+                    o = group.owners.get((t, p))
+                    if o is not None and o[0] != member_id:
+                        raise OwnershipError(
+                            f"partition {t}-{p} of group {group.group_id} is still owned by {o[0]} at epoch {o[1]}; "
+                            f"cannot give it to {member_id} at epoch {a.epoch}"
+                        )
+
+    @staticmethod
     def _claim(group: ConsumerGroup, m: ConsumerMember) -> None:
         for part in (m.assignment.assigned, m.assignment.pending_revocation):
             for t, ps in part.items():
                 for p in ps:
-                    o = group.owners.get((t, p))
-                    if o is not None and o[0] != m.member_id:
-                        raise OwnershipError(
-                            f"partition {t}-{p} of group {group.group_id} is still owned by {o[0]} at epoch {o[1]}; "
-                            f"cannot give it to {m.member_id} at epoch {m.epoch}"
-                        )
                     group.owners[(t, p)] = (m.member_id, m.epoch)
 
     def _current_value(self, key: ConsumerKey) -> ConsumerValue | None:
@@ -548,6 +556,9 @@ class ConsumerGroupMachine:
                 pass
         if created:
             self.groups.pop(group_id, None)
+        group = self.groups.get(group_id)
+        if group is not None:
+            group.regex_names_seen = None  # resolve again: an undone write may have held a resolution
 
     def _commit(self, op: _Op, on_done: Callable[[ErrorCode | None], None]) -> None:
         """Persist the op's records (if any) and call ``on_done`` once they are written."""
@@ -617,10 +628,14 @@ class ConsumerGroupMachine:
         the records in log order, then give every member a fresh session timer (and members
         revoking partitions a rebalance timer), as Kafka's ``onLoaded``."""
         self._begin(now_ms)
-        count = 0
+        refused = 0
         for key, value in records:
-            self.replay(key, value)
-            count += 1
+            try:
+                self.replay(key, value)
+            except OwnershipError as e:  # a log no coordinator could have written: keep the rest
+                refused += 1
+                if refused == 1:
+                    self._note("consumer_group.record_refused", partition=partition, error=str(e))
         for group in self.groups.values():
             if group.partition != partition:
                 continue
