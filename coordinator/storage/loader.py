@@ -48,6 +48,7 @@ class PartitionState:
     first_error: str | None = None  # the first undecodable record, for the log
     dropped_pending: int = 0  # transactional offsets without a marker
     # consumer-group records (KIP-848 key types 3-8 and 16) as (key, value) bytes, in log order
+    # (also counted in unknown_records: this loader does not decode them)
     consumer_records: list[tuple[bytes, bytes | None]] = field(default_factory=list)
 
 
@@ -126,10 +127,9 @@ class StateBuilder:
                 else:
                     self._groups[key.group] = rec.value
             elif type(key) is UnknownKey:
+                st.unknown_records += 1  # not decoded here ...
                 if not transactional and is_consumer_record_type(key.version):
-                    st.consumer_records.append((rec.key, rec.value))
-                else:
-                    st.unknown_records += 1
+                    st.consumer_records.append((rec.key, rec.value))  # ... but handed on raw
             else:
                 self._bad(f"offset {rec.offset}", str(key))
 
