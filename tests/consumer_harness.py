@@ -209,3 +209,67 @@ class Client:
 
     def count(self) -> int:
         return sum(len(ps) for ps in self.owned.values())
+
+
+class ClassicClient:
+    """An eager classic consumer (JoinGroup/SyncGroup/Heartbeat) inside a consumer group."""
+
+    def __init__(self, h: Harness, topics: Iterable[str], session_ms: int = 10000) -> None:
+        self.h = h
+        self.topics = tuple(topics)
+        self.session_ms = session_ms
+        self.member_id = ""
+        self.generation = -1
+        self.owned: dict[str, set[int]] = {}
+
+    def _call(self, effects_of: Any) -> Any:
+        self.h._token += 1
+        tok = self.h._token
+        self.h.apply(effects_of(tok))
+        return self.h.responses.pop(tok, None)
+
+    def join(self) -> ErrorCode:
+        from rallypoint.groups.events import JoinRequest, Protocol
+        from rallypoint.protocol.consumer_protocol import Subscription, encode_subscription
+
+        self.owned = {}  # eager: everything is revoked before rejoining
+        meta = encode_subscription(Subscription(1, self.topics, None, ()))
+        for _ in range(2):
+            req = JoinRequest(
+                "g", self.member_id, None, self.session_ms, 20000, "consumer", (Protocol("range", meta),), "c", "/h", 5
+            )
+            r = self._call(lambda t, req=req: self.h.machine.classic_join(t, req, self.h.now))
+            if r is None:
+                return ErrorCode.GROUP_ID_NOT_FOUND  # not a consumer group (any more)
+            if r.error == ErrorCode.MEMBER_ID_REQUIRED:
+                self.member_id = r.member_id
+                continue
+            if r.error != ErrorCode.NONE:
+                self.member_id = ""
+                return ErrorCode(r.error)
+            self.generation = r.generation_id
+            return self.sync()
+        return ErrorCode.MEMBER_ID_REQUIRED
+
+    def sync(self) -> ErrorCode:
+        from rallypoint.groups.events import SyncRequest
+        from rallypoint.protocol.consumer_protocol import decode_assignment
+
+        req = SyncRequest("g", self.generation, self.member_id, None, "consumer", "range", (), 5)
+        r = self._call(lambda t: self.h.machine.classic_sync(t, req, self.h.now))
+        if r.error == ErrorCode.NONE:
+            self.owned = {tp.topic: set(tp.partitions) for tp in decode_assignment(r.assignment).partitions}
+        return ErrorCode(r.error)
+
+    def beat(self) -> ErrorCode:
+        from rallypoint.groups.events import HeartbeatRequest
+
+        if not self.member_id or self.generation < 0:
+            return self.join()
+        req = HeartbeatRequest("g", self.generation, self.member_id)
+        r = self._call(lambda t: self.h.machine.classic_heartbeat(t, req, self.h.now))
+        if r.error == ErrorCode.NONE:
+            return ErrorCode.NONE
+        if r.error != ErrorCode.REBALANCE_IN_PROGRESS:
+            self.member_id = ""
+        return self.join()

@@ -12,7 +12,7 @@ from rallypoint.groups.consumer import ConsumerGroupConfig
 from rallypoint.groups.reconciliation import MemberState
 from rallypoint.protocol.errors import ErrorCode
 
-from .consumer_harness import Client, Harness
+from .consumer_harness import ClassicClient, Client, Harness
 
 MEMBERS = [f"m{i}" for i in range(5)]
 SUBSCRIPTIONS = [("t",), ("t", "u"), ("u",)]
@@ -37,6 +37,7 @@ class ConsumerGroupMachineTest(RuleBasedStateMachine):
         self.clients: dict[str, Client] = {}
         self.static = {"m3": "i3", "m4": "i4"}
         self.incarnation = 0
+        self.classic: ClassicClient | None = None
 
     def _client(self, mid: str, subs: tuple[str, ...]) -> Client:
         kw = {}
@@ -89,6 +90,30 @@ class ConsumerGroupMachineTest(RuleBasedStateMachine):
             c.topics = subs
             c._send(self.h.hb(c.member_id, c.epoch, topics=subs, owned=c.owned))
 
+    @rule(subs=st.sampled_from(SUBSCRIPTIONS))
+    def classic_member(self, subs: tuple[str, ...]) -> None:
+        """A classic (eager) consumer joins, heartbeats (rejoining when told), or leaves."""
+        if self.classic is None:
+            if self.h.machine.groups.get("g") is not None and self.h.group().members:
+                self.classic = ClassicClient(self.h, subs)
+                self.classic.join()
+            return
+        if self.classic.beat() == ErrorCode.GROUP_ID_NOT_FOUND:
+            self.classic = None
+
+    @rule()
+    def classic_leaves(self) -> None:
+        from rallypoint.groups.events import LeaveMember, LeaveRequest
+
+        if self.classic is not None and self.classic.member_id:
+            self.h.apply(
+                self.h.machine.classic_leave(
+                    999_999, LeaveRequest("g", (LeaveMember(self.classic.member_id),)), self.h.now
+                )
+            )
+            self.h.responses.pop(999_999, None)
+        self.classic = None
+
     @rule(ms=st.sampled_from([100, 1500, 6000, 11000]))
     def advance(self, ms: int) -> None:
         self.h.advance(ms)
@@ -117,21 +142,34 @@ class ConsumerGroupMachineTest(RuleBasedStateMachine):
         h = self.h
         live = [c for c in self.clients.values() if c.epoch > 0]
         # members that left for good or temporarily (static) expire after the session timeout
+        classic = self.classic
         for _ in range(11):
             h.advance(1000)
             for c in live:
                 if c.beat().error != ErrorCode.NONE:
                     c.join()
+            if classic is not None:
+                classic.beat()
         for _ in range(12):
             for c in live:
                 r = c.beat()
                 if r.error != ErrorCode.NONE:
                     c.join()
+            if classic is not None:
+                classic.beat()
             h.check_single_owner()
         g = h.machine.groups.get("g")
         if g is None or not g.members:
             return
         live_ids = {c.member_id for c in live}
+        if classic is not None and classic.member_id in g.members:
+            live_ids.add(classic.member_id)
+            server = {
+                h.topics.by_id(t).name: set(ps)
+                for t, ps in g.members[classic.member_id].assignment.assigned.items()
+                if ps and h.topics.by_id(t) is not None
+            }
+            assert {t: ps for t, ps in classic.owned.items() if ps} == server
         for mid, m in g.members.items():
             if mid not in live_ids:
                 continue
