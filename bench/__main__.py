@@ -32,6 +32,7 @@ SECTIONS: list[tuple[str, str]] = [
     ("Side by side with librdkafka's mock cluster", "bench.compare"),
     ("Start-up", "bench.startup"),
     ("Rebalance time", "bench.rebalance"),
+    ("Consumer groups (KIP-848)", "bench.consumer_groups"),
     ("Memory per member", "bench.memory"),
     ("Offsets log", "bench.offsets_log"),
     ("Data plane", "bench.produce_consume"),

@@ -21,6 +21,7 @@ from .logger import get as get_logger
 from .topics import TopicStore
 
 if TYPE_CHECKING:
+    from .groups.consumer_runtime import ConsumerGroupsRuntime
     from .groups.runtime import GroupsRuntime
     from .storage import OffsetsLog
 
@@ -98,6 +99,7 @@ class Broker:
         # Set by rallypoint.assemble.build_broker (a bare Broker, as some unit tests build, has
         # neither: handlers that need them are not run against it).
         self.groups: GroupsRuntime
+        self.consumer_groups: ConsumerGroupsRuntime  # KIP-848 consumer groups
         self.offsets_log: OffsetsLog | None = None
 
     @property

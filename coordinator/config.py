@@ -150,6 +150,27 @@ SETTINGS: Final[dict[str, Setting]] = {
         Setting("group.min.session.timeout.ms", _int_range(0, INT32_MAX), 6000, "smallest session timeout"),
         Setting("group.max.session.timeout.ms", _int_range(0, INT32_MAX), 1800000, "largest session timeout"),
         Setting("group.max.size", _int_range(1, INT32_MAX), INT32_MAX, "members per group"),
+        # consumer groups (KIP-848): docs/consumer-groups.md, "Configuration"
+        Setting("group.consumer.session.timeout.ms", _int_range(1, INT32_MAX), 45000, "consumer-group session timeout"),
+        Setting("group.consumer.min.session.timeout.ms", _int_range(1, INT32_MAX), 45000, "its lower bound"),
+        Setting("group.consumer.max.session.timeout.ms", _int_range(1, INT32_MAX), 60000, "its upper bound"),
+        Setting("group.consumer.heartbeat.interval.ms", _int_range(1, INT32_MAX), 5000, "consumer-group heartbeat"),
+        Setting("group.consumer.min.heartbeat.interval.ms", _int_range(1, INT32_MAX), 5000, "its lower bound"),
+        Setting("group.consumer.max.heartbeat.interval.ms", _int_range(1, INT32_MAX), 15000, "its upper bound"),
+        Setting("group.consumer.max.size", _int_range(1, INT32_MAX), INT32_MAX, "members per consumer group"),
+        Setting("group.consumer.assignors", _str, "uniform,range", "server assignors; the first is the default"),
+        Setting(
+            "group.consumer.migration.policy",
+            _choice("bidirectional", "upgrade", "downgrade", "disabled"),
+            "bidirectional",
+            "classic <-> consumer group conversions",
+        ),
+        Setting(
+            "group.consumer.assignment.interval.ms",
+            _int_range(0, INT32_MAX),
+            1000,
+            "least time between two target assignments of a group",
+        ),
         Setting("offsets.topic.num.partitions", _int_range(1, 10000), 50, "partitions of __consumer_offsets"),
         Setting("offsets.topic.segment.bytes", _int_range(1024, INT32_MAX), 104857600, "offsets log segment size"),
         Setting("offset.metadata.max.bytes", _int_range(0, INT32_MAX), 4096, "largest commit metadata"),
@@ -269,4 +290,21 @@ def load(overrides: Mapping[str, str] | None = None, env: Mapping[str, str] | No
             values["advertised.port"] = port
     if values["group.min.session.timeout.ms"] > values["group.max.session.timeout.ms"]:
         raise ConfigError("group.min.session.timeout.ms is larger than group.max.session.timeout.ms")
+    _check_consumer_group_settings(values)
     return Config(values)
+
+
+def _check_consumer_group_settings(values: Mapping[str, Any]) -> None:
+    """Kafka's ``GroupCoordinatorConfig`` checks of the ``group.consumer.*`` keys."""
+    p = "group.consumer."
+    for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+        lo, v, hi = values[p + "min." + what], values[p + what], values[p + "max." + what]
+        if not lo <= v <= hi:
+            raise ConfigError(f"{p}{what} ({v}) must be between {p}min.{what} ({lo}) and {p}max.{what} ({hi})")
+    if values[p + "heartbeat.interval.ms"] >= values[p + "session.timeout.ms"]:
+        raise ConfigError(f"{p}heartbeat.interval.ms must be less than {p}session.timeout.ms")
+    names = [a.strip() for a in str(values[p + "assignors"]).split(",") if a.strip()]
+    if not names or len(set(names)) != len(names) or any(n not in ("uniform", "range") for n in names):
+        raise ConfigError(
+            f"{p}assignors must list distinct assignors among uniform, range (got {values[p + 'assignors']!r})"
+        )

@@ -47,6 +47,8 @@ SERVED_APIS: Final[dict[int, ApiRange]] = {
         ApiRange(16, "ListGroups", 0, 5),
         ApiRange(42, "DeleteGroups", 0, 2),
         ApiRange(47, "OffsetDelete", 0, 0),
+        ApiRange(68, "ConsumerGroupHeartbeat", 0, 1),
+        ApiRange(69, "ConsumerGroupDescribe", 0, 1),
     )
 }
 

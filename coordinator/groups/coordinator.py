@@ -33,6 +33,7 @@ from .context import Context
 from .events import (
     CommitRequest,
     CommitResult,
+    ConsumerMemberKey,
     DeleteGroupsResult,
     DescribedGroup,
     DescribeResult,
@@ -298,6 +299,8 @@ class GroupCoordinator:
             if isinstance(key, RetentionKey):
                 self.ctx.arm(RETENTION_KEY, self.config.retention_check_interval_ms)
                 self.offsets.expire()
+            elif isinstance(key, ConsumerMemberKey):
+                raise AssertionError(f"a consumer-group timer reached the classic coordinator: {key}")
             else:
                 self.classic.timer_fired(key)
 

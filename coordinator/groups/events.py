@@ -307,7 +307,22 @@ class RetentionKey:
         return (self.kind,)
 
 
-TimerKey: TypeAlias = HeartbeatKey | JoinKey | SyncKey | RetentionKey
+@dataclass(frozen=True, slots=True)
+class ConsumerMemberKey:
+    """A timer of a member of a consumer (KIP-848) group: ``timer`` is ``session``,
+    ``rebalance`` (revocation), or a classic member's ``join`` / ``sync`` deadline
+    (docs/consumer-groups.md)."""
+
+    timer: str
+    group_id: str
+    member_id: str
+    kind: ClassVar[str] = "consumer"
+
+    def sort_key(self) -> tuple[str, ...]:
+        return (self.kind, self.timer, self.group_id, self.member_id)
+
+
+TimerKey: TypeAlias = HeartbeatKey | JoinKey | SyncKey | RetentionKey | ConsumerMemberKey
 
 
 # -------------------------------------------------------------------------------- effects

@@ -38,6 +38,8 @@ MODULES: dict[int, str] = {
     16: "list_groups",
     42: "delete_groups",
     47: "offset_delete",
+    68: "consumer_group_heartbeat",
+    69: "consumer_group_describe",
 }
 
 

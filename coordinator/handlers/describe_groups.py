@@ -21,8 +21,24 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     include_ops = version >= 3 and bool(getattr(request, "include_authorized_operations", False))
     result = await ctx.broker.groups.describe(request.groups, version)
-    groups = []
+    groups: list[dict[str, Any]] = []
+    consumer = ctx.broker.consumer_groups
     for g in result.groups:
+        if consumer.is_consumer_group(g.group_id):
+            # docs/consumer-groups.md, "Describe and list"
+            groups.append(
+                {
+                    "error_code": ErrorCode.GROUP_ID_NOT_FOUND if version >= 6 else ErrorCode.NONE,
+                    "error_message": f"Group {g.group_id} is not a classic group." if version >= 6 else None,
+                    "group_id": g.group_id,
+                    "group_state": "Dead",
+                    "protocol_type": "",
+                    "protocol_data": "",
+                    "members": [],
+                    "authorized_operations": AUTHZ_OPS_UNSET,
+                }
+            )
+            continue
         ops = GROUP_AUTHORIZED_OPERATIONS if include_ops and g.error == ErrorCode.NONE else AUTHZ_OPS_UNSET
         groups.append(
             {

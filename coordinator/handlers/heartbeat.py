@@ -11,12 +11,15 @@ API_KEY = 12
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    result = await ctx.broker.groups.heartbeat(
-        HeartbeatRequest(
-            request.group_id,
-            request.generation_id,
-            request.member_id,
-            getattr(request, "group_instance_id", None),
-        )
+    req = HeartbeatRequest(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
     )
+    consumer = ctx.broker.consumer_groups  # docs/consumer-groups.md, "Classic members"
+    if consumer.is_consumer_group(req.group_id):
+        result = await consumer.classic_heartbeat(req)
+    else:
+        result = await ctx.broker.groups.heartbeat(req)
     return {"throttle_time": 0, "error_code": result.error}

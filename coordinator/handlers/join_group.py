@@ -18,21 +18,24 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     session = ms(request.session_timeout)
     # v0 has no rebalance timeout: Kafka uses the session timeout (maybeOverrideRebalanceTimeout).
     rebalance = ms(request.rebalance_timeout) if version >= 1 else session
-    result = await ctx.broker.groups.join(
-        JoinRequest(
-            group_id=request.group_id,
-            member_id=request.member_id,
-            group_instance_id=getattr(request, "group_instance_id", None),
-            session_timeout_ms=session,
-            rebalance_timeout_ms=rebalance,
-            protocol_type=request.protocol_type,
-            protocols=tuple(Protocol(p.name, bytes(p.metadata)) for p in request.protocols),
-            client_id=ctx.client_id or "",
-            client_host=client_host(ctx),
-            api_version=version,
-            reason=getattr(request, "reason", None),
-        )
+    req = JoinRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        session_timeout_ms=session,
+        rebalance_timeout_ms=rebalance,
+        protocol_type=request.protocol_type,
+        protocols=tuple(Protocol(p.name, bytes(p.metadata)) for p in request.protocols),
+        client_id=ctx.client_id or "",
+        client_host=client_host(ctx),
+        api_version=version,
+        reason=getattr(request, "reason", None),
     )
+    # a classic member of a consumer group (docs/consumer-groups.md, "Classic members")
+    consumer = ctx.broker.consumer_groups
+    result = await consumer.join(req) if consumer.is_consumer_group(req.group_id) else None
+    if result is None:
+        result = await ctx.broker.groups.join(req)
     protocol_name = result.protocol_name
     # JoinGroupResponse: before v7 a null protocol name is sent as ""; from v7 "" becomes null.
     if version < 7 and protocol_name is None:

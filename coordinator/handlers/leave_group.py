@@ -21,7 +21,10 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         members = tuple(
             LeaveMember(m.member_id, m.group_instance_id, getattr(m, "reason", None)) for m in request.members
         )
-    result = await ctx.broker.groups.leave(LeaveRequest(request.group_id, members))
+    req = LeaveRequest(request.group_id, members)
+    consumer = ctx.broker.consumer_groups  # docs/consumer-groups.md, "Classic members"
+    rt = consumer if consumer.is_consumer_group(req.group_id) else ctx.broker.groups
+    result = await rt.leave(req)
     if version < 3:
         # LeaveGroupResponse.getError: the top-level error, else the first member error.
         error = result.error

@@ -7,15 +7,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from rallypoint.protocol.errors import ErrorCode
+
 from ..broker import RequestContext
 
 API_KEY = 16
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    result = await ctx.broker.groups.list_groups(
-        getattr(request, "states_filter", ()) or (), getattr(request, "types_filter", ()) or ()
-    )
+    states = getattr(request, "states_filter", ()) or ()
+    types = getattr(request, "types_filter", ()) or ()
+    result = await ctx.broker.groups.list_groups(states, types)
+    # consumer groups (docs/consumer-groups.md, "Describe and list"); their ids hide the
+    # offsets-only classic entry their commits are stored under
+    consumer = ctx.broker.consumer_groups.list_groups(states, types) if result.error == ErrorCode.NONE else []
+    ids = {g.group_id for g in consumer}
     return {
         "throttle_time": 0,
         "error_code": result.error,
@@ -26,6 +32,6 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 "group_state": g.state,
                 "group_type": g.group_type,
             }
-            for g in result.groups
+            for g in [*(g for g in result.groups if g.group_id not in ids), *consumer]
         ],
     }

@@ -19,6 +19,11 @@ from ._groups_common import TopicErrorsBuilder, partition_exists
 API_KEY = 8
 
 
+def _topic_id(ctx: Any, name: str) -> Any:
+    t = ctx.broker.topics.get(name)
+    return t.topic_id if t is not None else None
+
+
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     out = TopicErrorsBuilder()
@@ -43,14 +48,34 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 out.add(t.name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         if parts:
             valid.append(CommitTopic(t.name, tuple(parts)))
+    generation = request.generation_id_or_member_epoch
+    member_id = request.member_id
+    instance_id = getattr(request, "group_instance_id", None)
+    if valid and ctx.broker.consumer_groups.is_consumer_group(request.group_id):
+        # A consumer group's member-epoch check (docs/consumer-groups.md, "Offsets"); once it
+        # passes, the commit is stored like an admin commit of an offsets-only group.
+        err = ctx.broker.consumer_groups.machine.validate_offset_commit(
+            request.group_id,
+            member_id,
+            generation,
+            version,
+            [(_topic_id(ctx, t.name), p.partition) for t in valid for p in t.partitions],
+            instance_id=instance_id,
+        )
+        if err is not None and err != ErrorCode.NONE:
+            for t in valid:
+                for p in t.partitions:
+                    out.add(t.name, p.partition, err)
+            return {"throttle_time": 0, "topics": out.as_list()}
+        generation, member_id, instance_id = -1, "", None
     if valid:
         retention = getattr(request, "retention_time", None)
         result = await ctx.broker.groups.commit_offsets(
             CommitRequest(
                 group_id=request.group_id,
-                generation_id=request.generation_id_or_member_epoch,
-                member_id=request.member_id,
-                group_instance_id=getattr(request, "group_instance_id", None),
+                generation_id=generation,
+                member_id=member_id,
+                group_instance_id=instance_id,
                 retention_time_ms=ms(retention) if retention is not None else -1,
                 topics=tuple(valid),
                 api_version=version,

@@ -12,9 +12,25 @@ from typing import Any
 from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
-from ..groups.events import OffsetFetchGroupRequest, OffsetFetchRequest
+from ..groups.events import OffsetFetchGroupRequest, OffsetFetchGroupResult, OffsetFetchRequest, OffsetFetchResult
 
 API_KEY = 9
+
+
+def _check_consumer_members(ctx: Any, request: Any, result: OffsetFetchResult) -> OffsetFetchResult:
+    """OffsetFetch v9 member check for consumer groups (docs/consumer-groups.md, "Offsets")."""
+    machine = ctx.broker.consumer_groups.machine
+    checks = {
+        g.group_id: machine.validate_offset_fetch(
+            g.group_id, getattr(g, "member_id", None), getattr(g, "member_epoch", -1)
+        )
+        for g in request.groups
+    }
+    out = []
+    for g in result.groups:
+        err = checks.get(g.group_id)
+        out.append(g if err is None or err == ErrorCode.NONE else OffsetFetchGroupResult(g.group_id, err))
+    return OffsetFetchResult(tuple(out))
 
 
 def _topics(topics: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
@@ -41,6 +57,8 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     else:
         groups = (OffsetFetchGroupRequest(request.group_id, _topics(request.topics)),)
     result = await ctx.broker.groups.fetch_offsets(OffsetFetchRequest(groups, require_stable))
+    if version >= 9:
+        result = _check_consumer_members(ctx, request, result)
     if version >= 8:
         return {
             "throttle_time": 0,

@@ -11,18 +11,19 @@ API_KEY = 14
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    result = await ctx.broker.groups.sync(
-        SyncRequest(
-            group_id=request.group_id,
-            generation_id=request.generation_id,
-            member_id=request.member_id,
-            group_instance_id=getattr(request, "group_instance_id", None),
-            protocol_type=getattr(request, "protocol_type", None),
-            protocol_name=getattr(request, "protocol_name", None),
-            assignments=tuple((a.member_id, bytes(a.assignment)) for a in request.assignments),
-            api_version=ctx.api_version,
-        )
+    req = SyncRequest(
+        group_id=request.group_id,
+        generation_id=request.generation_id,
+        member_id=request.member_id,
+        group_instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=getattr(request, "protocol_type", None),
+        protocol_name=getattr(request, "protocol_name", None),
+        assignments=tuple((a.member_id, bytes(a.assignment)) for a in request.assignments),
+        api_version=ctx.api_version,
     )
+    consumer = ctx.broker.consumer_groups  # docs/consumer-groups.md, "Classic members"
+    rt = consumer if consumer.is_consumer_group(req.group_id) else ctx.broker.groups
+    result = await rt.sync(req)
     return {
         "throttle_time": 0,
         "error_code": result.error,

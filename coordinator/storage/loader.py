@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rallypoint.protocol.consumer_group_records import is_consumer_record_type
 from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -47,6 +48,9 @@ class PartitionState:
     undecodable_records: int = 0  # known key type, bytes that do not decode; skipped
     first_error: str | None = None  # the first undecodable record, for the log
     dropped_pending: int = 0  # transactional offsets without a marker
+    # consumer-group records (KIP-848 key types 3-8 and 16) as (key, value) bytes, in log order
+    # (also counted in unknown_records: this loader does not decode them)
+    consumer_records: list[tuple[bytes, bytes | None]] = field(default_factory=list)
 
 
 class StateBuilder:
@@ -124,7 +128,9 @@ class StateBuilder:
                 else:
                     self._groups[key.group] = rec.value
             elif type(key) is UnknownKey:
-                st.unknown_records += 1
+                st.unknown_records += 1  # not decoded here ...
+                if not transactional and is_consumer_record_type(key.version):
+                    st.consumer_records.append((rec.key, rec.value))  # ... but handed on raw
             else:
                 self._bad(f"offset {rec.offset}", str(key))
 

@@ -135,6 +135,8 @@ class OffsetsLog:
         self.min_cleanable_ratio = min_cleanable_ratio
         self.io_threads = io_threads
         self.loader = loader
+        # consumer-group records (key types 3-8, 16), raw, in log order, per partition
+        self.consumer_loader: Callable[[int, list[tuple[bytes, bytes | None]]], None] | None = None
         self._parts: list[_Partition] = []
         self._io: ThreadPoolExecutor | None = None
         self._cleaner_io: ThreadPoolExecutor | None = None
@@ -208,8 +210,10 @@ class OffsetsLog:
             for path in rp.report.swaps_completed:
                 log.info("offsets_log.cleaner_swap_completed", partition=rp.partition, file=str(path))
             st = rp.state
-            if st.unknown_records:
-                log.warning("offsets_log.unknown_records_skipped", partition=rp.partition, count=st.unknown_records)
+            # consumer-group records are not unknown when a consumer-group loader takes them
+            unknown = st.unknown_records - (len(st.consumer_records) if self.consumer_loader is not None else 0)
+            if unknown:
+                log.warning("offsets_log.unknown_records_skipped", partition=rp.partition, count=unknown)
             if st.undecodable_records:
                 log.warning(
                     "offsets_log.undecodable_records_skipped",
@@ -228,9 +232,11 @@ class OffsetsLog:
             part.task = asyncio.create_task(self._writer(part), name=f"offsets-writer-{part.index}")
         states = {rp.partition: rp.state for rp in replays}
         await self._move_misplaced_groups(states)
-        if self.loader is not None:
-            for rp in replays:
+        for rp in replays:
+            if self.loader is not None:
                 self.loader(rp.partition, rp.state.groups, rp.state.offsets)
+            if self.consumer_loader is not None:
+                self.consumer_loader(rp.partition, rp.state.consumer_records)
         if self.flush == "interval":
             self._tasks.append(asyncio.create_task(self._flusher(), name="offsets-flusher"))
         self._cleaner_wake = asyncio.Event()
@@ -351,7 +357,9 @@ class OffsetsLog:
 
     # ------------------------------------------------------------------ appends
 
-    async def append(self, partition: int, records: Sequence[tuple[Key, Value | None]]) -> None:
+    async def append(
+        self, partition: int, records: Sequence[tuple[Key, Value | None] | tuple[bytes, bytes | None]]
+    ) -> None:
         """Append ``records`` as one batch to ``__consumer_offsets-<partition>``; returns once
         written (and fsynced when flush=always).  Raises PersistError on failure.
 
@@ -375,7 +383,8 @@ class OffsetsLog:
         if part.failed is not None:
             raise PersistError(f"__consumer_offsets-{partition} failed earlier: {part.failed}")
         try:
-            entries = [encode_record(k, v) for k, v in records]
+            # (bytes, bytes | None) pairs are already encoded (consumer-group records, key types 3+)
+            entries = [r if isinstance(r[0], bytes) else encode_record(*r) for r in records]
         except (OffsetsSchemaError, AttributeError, TypeError) as e:
             # Kafka's record serializer throws too (e.g. a string over 32767 bytes): an unknown error
             raise PersistError(f"cannot encode records: {e}", ErrorCode.UNKNOWN_SERVER_ERROR) from e

@@ -1,0 +1,129 @@
+"""Requests, results and the one extra effect of the consumer-group (KIP-848) machine.
+
+The other effects (Respond, ArmTimer, CancelTimer, Transition, Note) are the classic machine's
+(:mod:`rallypoint.groups.events`); consumer-group records are not classic records, so their
+persistence has its own effect, :class:`PersistConsumer`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TypeAlias
+
+from rallypoint.protocol.consumer_group_records import ConsumerRecord
+from rallypoint.protocol.errors import ErrorCode
+
+from .events import ArmTimer, CancelTimer, Note, Respond, Transition
+
+# ---------------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeat:
+    """A ConsumerGroupHeartbeat request (API 68) as the machine sees it.
+
+    ``None`` (or -1 for the rebalance timeout) means "unchanged since the last heartbeat".
+    """
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    topic_partitions: Mapping[uuid.UUID, frozenset[int]] | None = None
+    client_id: str = ""
+    client_host: str = ""
+    api_version: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberSnapshot:
+    """One member of a live classic group, as the classic coordinator describes it for an
+    online upgrade (docs/consumer-groups.md, "Classic groups")."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]  # (name, ConsumerProtocolSubscription) in preference order
+    assignment: bytes  # its ConsumerProtocolAssignment of the current generation
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupSnapshot:
+    group_id: str
+    generation: int
+    protocol_type: str
+    protocol_name: str | None
+    members: tuple[ClassicMemberSnapshot, ...]
+
+
+# ----------------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeatResult:
+    error: ErrorCode
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Mapping[uuid.UUID, tuple[int, ...]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedTopicPartitions:
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConsumerMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: tuple[DescribedTopicPartitions, ...]
+    target_assignment: tuple[DescribedTopicPartitions, ...]
+    member_type: int = 1  # 0 classic, 1 consumer
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConsumerGroup:
+    group_id: str
+    error: ErrorCode = ErrorCode.NONE
+    error_message: str | None = None
+    state: str = "Dead"
+    group_epoch: int = -1
+    assignment_epoch: int = -1
+    assignor_name: str = ""
+    members: tuple[DescribedConsumerMember, ...] = ()
+
+
+# ----------------------------------------------------------------------------------- effects
+
+
+@dataclass(frozen=True, slots=True)
+class PersistConsumer:
+    """Append ``records`` as one batch to ``__consumer_offsets`` partition ``partition``, then
+    report back with ``ConsumerGroupMachine.persist_done(persist_id, error, now_ms)``."""
+
+    persist_id: int
+    partition: int
+    records: tuple[ConsumerRecord, ...] = field(default_factory=tuple)
+
+
+ConsumerEffect: TypeAlias = Respond | ArmTimer | CancelTimer | PersistConsumer | Transition | Note

@@ -1,0 +1,657 @@
+"""``__consumer_offsets`` records of consumer groups (KIP-848): keys 3-8 and 16.
+
+Byte layouts follow Kafka's ``group-coordinator/src/main/resources/common/message/
+ConsumerGroup*{Key,Value}.json`` (see docs/consumer-groups.md, "Records"):
+
+* a key is the int16 record type followed by the key struct (version 0, classic encoding:
+  int16-length strings);
+* a value is the int16 value version (0) followed by the value struct, which is *flexible*:
+  compact strings/arrays (unsigned varint length + 1, 0 = null), 16-byte uuids, and a tagged
+  field section at the end of every struct (unknown tags are skipped, as Kafka's readers do);
+* a tombstone is a record without a value.
+
+Tagged fields written: ``ConsumerGroupMetadataValue.MetadataHash`` (tag 0, int64),
+``ConsumerGroupTargetAssignmentMetadataValue.AssignmentTimestamp`` (tag 0, int64) and
+``TopicPartitions.AssignmentEpochs`` in ``ConsumerGroupCurrentMemberAssignmentValue`` (tag 0,
+[]int32).  ``ConsumerGroupPartitionMetadata`` (4) is no longer written by Kafka; its value is
+kept as opaque bytes (replay only needs to know it exists).
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass
+from typing import Final, TypeAlias
+
+GROUP_METADATA: Final = 3
+PARTITION_METADATA: Final = 4
+MEMBER_METADATA: Final = 5
+TARGET_ASSIGNMENT_METADATA: Final = 6
+TARGET_ASSIGNMENT_MEMBER: Final = 7
+CURRENT_MEMBER_ASSIGNMENT: Final = 8
+REGULAR_EXPRESSION: Final = 16
+
+RECORD_TYPES: Final = frozenset(
+    {
+        GROUP_METADATA,
+        PARTITION_METADATA,
+        MEMBER_METADATA,
+        TARGET_ASSIGNMENT_METADATA,
+        TARGET_ASSIGNMENT_MEMBER,
+        CURRENT_MEMBER_ASSIGNMENT,
+        REGULAR_EXPRESSION,
+    }
+)
+VALUE_VERSION: Final = 0
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_I8 = struct.Struct(">b")
+
+
+class ConsumerRecordError(ValueError):
+    """Bytes that are not a consumer-group record of a layout we know."""
+
+
+# ------------------------------------------------------------------------------------- keys
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    group_id: str
+    record_type: int = GROUP_METADATA
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadataKey:
+    group_id: str
+    record_type: int = PARTITION_METADATA
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadataKey:
+    group_id: str
+    member_id: str
+    record_type: int = MEMBER_METADATA
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignmentMetadataKey:
+    group_id: str
+    record_type: int = TARGET_ASSIGNMENT_METADATA
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignmentMemberKey:
+    group_id: str
+    member_id: str
+    record_type: int = TARGET_ASSIGNMENT_MEMBER
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentMemberAssignmentKey:
+    group_id: str
+    member_id: str
+    record_type: int = CURRENT_MEMBER_ASSIGNMENT
+
+
+@dataclass(frozen=True, slots=True)
+class RegularExpressionKey:
+    group_id: str
+    regex: str
+    record_type: int = REGULAR_EXPRESSION
+
+
+ConsumerKey: TypeAlias = (
+    GroupMetadataKey
+    | PartitionMetadataKey
+    | MemberMetadataKey
+    | TargetAssignmentMetadataKey
+    | TargetAssignmentMemberKey
+    | CurrentMemberAssignmentKey
+    | RegularExpressionKey
+)
+
+# ----------------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataValue:
+    epoch: int
+    metadata_hash: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadataValue:
+    """Deprecated record: its bytes are kept as they are (nothing reads them)."""
+
+    raw: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicProtocol:
+    name: str
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    session_timeout_ms: int
+    supported_protocols: tuple[ClassicProtocol, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadataValue:
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    classic_member_metadata: ClassicMemberMetadata | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignmentMetadataValue:
+    assignment_epoch: int
+    assignment_timestamp: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPartitions:
+    topic_id: uuid.UUID
+    partitions: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TargetAssignmentMemberValue:
+    topic_partitions: tuple[TopicPartitions, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EpochTopicPartitions:
+    """``TopicPartitions`` of a current assignment: with the per-partition assignment epochs
+    (KIP-1251; None in records written before them)."""
+
+    topic_id: uuid.UUID
+    partitions: tuple[int, ...]
+    assignment_epochs: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentMemberAssignmentValue:
+    member_epoch: int
+    previous_member_epoch: int
+    state: int
+    assigned_partitions: tuple[EpochTopicPartitions, ...]
+    partitions_pending_revocation: tuple[EpochTopicPartitions, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RegularExpressionValue:
+    topics: tuple[str, ...]
+    version: int
+    timestamp: int
+
+
+ConsumerValue: TypeAlias = (
+    GroupMetadataValue
+    | PartitionMetadataValue
+    | MemberMetadataValue
+    | TargetAssignmentMetadataValue
+    | TargetAssignmentMemberValue
+    | CurrentMemberAssignmentValue
+    | RegularExpressionValue
+)
+ConsumerRecord: TypeAlias = tuple[ConsumerKey, ConsumerValue | None]
+
+_VALUE_FOR_KEY: Final[dict[type, type]] = {
+    GroupMetadataKey: GroupMetadataValue,
+    PartitionMetadataKey: PartitionMetadataValue,
+    MemberMetadataKey: MemberMetadataValue,
+    TargetAssignmentMetadataKey: TargetAssignmentMetadataValue,
+    TargetAssignmentMemberKey: TargetAssignmentMemberValue,
+    CurrentMemberAssignmentKey: CurrentMemberAssignmentValue,
+    RegularExpressionKey: RegularExpressionValue,
+}
+
+# ---------------------------------------------------------------------------- primitives
+
+
+class _W:
+    __slots__ = ("buf",)
+
+    def __init__(self, prefix: int) -> None:
+        self.buf = bytearray(_I16.pack(prefix))
+
+    def uvarint(self, n: int) -> None:
+        if n < 0:
+            raise ConsumerRecordError("negative unsigned varint")
+        while n > 0x7F:
+            self.buf.append((n & 0x7F) | 0x80)
+            n >>= 7
+        self.buf.append(n)
+
+    def i8(self, n: int) -> None:
+        self.buf += _I8.pack(n)
+
+    def i32(self, n: int) -> None:
+        self.buf += _I32.pack(n)
+
+    def i64(self, n: int) -> None:
+        self.buf += _I64.pack(n)
+
+    def classic_string(self, s: str) -> None:
+        raw = s.encode("utf-8")
+        if len(raw) > 0x7FFF:
+            raise ConsumerRecordError(f"string of {len(raw)} bytes is longer than 32767")
+        self.buf += _I16.pack(len(raw))
+        self.buf += raw
+
+    def string(self, s: str | None) -> None:
+        if s is None:
+            self.uvarint(0)
+            return
+        raw = s.encode("utf-8")
+        if len(raw) > 0x7FFF:
+            raise ConsumerRecordError(f"string of {len(raw)} bytes is longer than 32767")
+        self.uvarint(len(raw) + 1)
+        self.buf += raw
+
+    def bytes_(self, b: bytes) -> None:
+        self.uvarint(len(b) + 1)
+        self.buf += b
+
+    def uuid(self, u: uuid.UUID) -> None:
+        self.buf += u.bytes
+
+    def array_len(self, n: int) -> None:
+        self.uvarint(n + 1)
+
+    def i32_array(self, items: tuple[int, ...]) -> None:
+        self.array_len(len(items))
+        for i in items:
+            self.i32(i)
+
+    def string_array(self, items: tuple[str, ...]) -> None:
+        self.array_len(len(items))
+        for s in items:
+            self.string(s)
+
+    def tags(self, fields: list[tuple[int, bytes]] | None = None) -> None:
+        fields = fields or []
+        self.uvarint(len(fields))
+        for tag, data in fields:
+            self.uvarint(tag)
+            self.uvarint(len(data))
+            self.buf += data
+
+    def done(self) -> bytes:
+        return bytes(self.buf)
+
+
+class _R:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes, pos: int = 2) -> None:
+        self.buf = buf
+        self.pos = pos
+
+    def take(self, n: int) -> bytes:
+        end = self.pos + n
+        if n < 0 or end > len(self.buf):
+            raise ConsumerRecordError(f"truncated: need {n} bytes at {self.pos}, have {len(self.buf) - self.pos}")
+        out = self.buf[self.pos : end]
+        self.pos = end
+        return out
+
+    def uvarint(self) -> int:
+        n = shift = 0
+        while True:
+            if self.pos >= len(self.buf):
+                raise ConsumerRecordError("truncated varint")
+            b = self.buf[self.pos]
+            self.pos += 1
+            n |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return n
+            shift += 7
+            if shift > 35:
+                raise ConsumerRecordError("varint too long")
+
+    def i8(self) -> int:
+        return int(_I8.unpack(self.take(1))[0])
+
+    def i32(self) -> int:
+        return int(_I32.unpack(self.take(4))[0])
+
+    def i64(self) -> int:
+        return int(_I64.unpack(self.take(8))[0])
+
+    def _utf8(self, raw: bytes) -> str:
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConsumerRecordError(f"invalid UTF-8: {e}") from None
+
+    def classic_string(self) -> str:
+        n = int(_I16.unpack(self.take(2))[0])
+        if n < 0:
+            raise ConsumerRecordError("null in a non-nullable string")
+        return self._utf8(self.take(n))
+
+    def nullable_string(self) -> str | None:
+        n = self.uvarint()
+        return None if n == 0 else self._utf8(self.take(n - 1))
+
+    def string(self) -> str:
+        s = self.nullable_string()
+        if s is None:
+            raise ConsumerRecordError("null in a non-nullable string")
+        return s
+
+    def bytes_(self) -> bytes:
+        n = self.uvarint()
+        if n == 0:
+            raise ConsumerRecordError("null in non-nullable bytes")
+        return self.take(n - 1)
+
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(bytes=self.take(16))
+
+    def array_len(self) -> int:
+        n = self.uvarint()
+        if n == 0:
+            raise ConsumerRecordError("null in a non-nullable array")
+        count = n - 1
+        if count > len(self.buf) - self.pos:  # every element takes at least one byte
+            raise ConsumerRecordError(f"array of {count} elements in {len(self.buf) - self.pos} bytes")
+        return count
+
+    def i32_array(self) -> tuple[int, ...]:
+        return tuple(self.i32() for _ in range(self.array_len()))
+
+    def string_array(self) -> tuple[str, ...]:
+        return tuple(self.string() for _ in range(self.array_len()))
+
+    def tags(self) -> dict[int, bytes]:
+        out: dict[int, bytes] = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            out[tag] = self.take(self.uvarint())
+        return out
+
+
+# ------------------------------------------------------------------------------------ keys
+
+
+def encode_key(key: ConsumerKey) -> bytes:
+    w = _W(key.record_type)
+    w.classic_string(key.group_id)
+    if isinstance(key, MemberMetadataKey | TargetAssignmentMemberKey | CurrentMemberAssignmentKey):
+        w.classic_string(key.member_id)
+    elif isinstance(key, RegularExpressionKey):
+        w.classic_string(key.regex)
+    return w.done()
+
+
+def record_type(data: bytes) -> int:
+    if len(data) < 2:
+        raise ConsumerRecordError(f"{len(data)} bytes: too short for a record type")
+    return int(_I16.unpack_from(data, 0)[0])
+
+
+def decode_key(data: bytes) -> ConsumerKey:
+    """A consumer-group key (types 3-8, 16); ConsumerRecordError for anything else."""
+    rtype = record_type(data)
+    r = _R(data)
+    group = r.classic_string()
+    if rtype == GROUP_METADATA:
+        return GroupMetadataKey(group)
+    if rtype == PARTITION_METADATA:
+        return PartitionMetadataKey(group)
+    if rtype == TARGET_ASSIGNMENT_METADATA:
+        return TargetAssignmentMetadataKey(group)
+    if rtype == MEMBER_METADATA:
+        return MemberMetadataKey(group, r.classic_string())
+    if rtype == TARGET_ASSIGNMENT_MEMBER:
+        return TargetAssignmentMemberKey(group, r.classic_string())
+    if rtype == CURRENT_MEMBER_ASSIGNMENT:
+        return CurrentMemberAssignmentKey(group, r.classic_string())
+    if rtype == REGULAR_EXPRESSION:
+        return RegularExpressionKey(group, r.classic_string())
+    raise ConsumerRecordError(f"record type {rtype} is not a consumer-group record")
+
+
+# ---------------------------------------------------------------------------------- values
+
+
+def _topic_partitions(w: _W, tps: tuple[TopicPartitions, ...]) -> None:
+    w.array_len(len(tps))
+    for tp in tps:
+        w.uuid(tp.topic_id)
+        w.i32_array(tp.partitions)
+        w.tags()
+
+
+def _epoch_topic_partitions(w: _W, tps: tuple[EpochTopicPartitions, ...]) -> None:
+    w.array_len(len(tps))
+    for tp in tps:
+        w.uuid(tp.topic_id)
+        w.i32_array(tp.partitions)
+        if tp.assignment_epochs is None:
+            w.tags()
+        else:
+            if len(tp.assignment_epochs) != len(tp.partitions):
+                raise ConsumerRecordError("AssignmentEpochs must have one entry per partition")
+            sub = _W(0)
+            sub.buf.clear()
+            sub.i32_array(tp.assignment_epochs)
+            w.tags([(0, sub.done())])
+
+
+def _read_epoch_topic_partitions(r: _R) -> tuple[EpochTopicPartitions, ...]:
+    out = []
+    for _ in range(r.array_len()):
+        tid = r.uuid()
+        parts = r.i32_array()
+        epochs: tuple[int, ...] | None = None
+        tags = r.tags()
+        if 0 in tags:
+            epochs = _R(tags[0], 0).i32_array()
+            if len(epochs) != len(parts):
+                raise ConsumerRecordError("AssignmentEpochs and Partitions differ in length")
+        out.append(EpochTopicPartitions(tid, parts, epochs))
+    return tuple(out)
+
+
+def encode_value(value: ConsumerValue) -> bytes:
+    if isinstance(value, PartitionMetadataValue):
+        return _I16.pack(VALUE_VERSION) + value.raw
+    w = _W(VALUE_VERSION)
+    if isinstance(value, GroupMetadataValue):
+        w.i32(value.epoch)
+        w.tags([(0, _I64.pack(value.metadata_hash))] if value.metadata_hash else None)
+    elif isinstance(value, MemberMetadataValue):
+        w.string(value.instance_id)
+        w.string(value.rack_id)
+        w.string(value.client_id)
+        w.string(value.client_host)
+        w.string_array(value.subscribed_topic_names)
+        w.string(value.subscribed_topic_regex)
+        w.i32(value.rebalance_timeout_ms)
+        w.string(value.server_assignor)
+        classic = value.classic_member_metadata
+        if classic is None:
+            w.tags()
+        else:
+            sub = _W(0)
+            sub.buf.clear()
+            sub.i32(classic.session_timeout_ms)
+            sub.array_len(len(classic.supported_protocols))
+            for p in classic.supported_protocols:
+                sub.string(p.name)
+                sub.bytes_(p.metadata)
+                sub.tags()
+            sub.tags()
+            w.tags([(0, sub.done())])
+        return w.done()
+    elif isinstance(value, TargetAssignmentMetadataValue):
+        w.i32(value.assignment_epoch)
+        w.tags([(0, _I64.pack(value.assignment_timestamp))] if value.assignment_timestamp else None)
+    elif isinstance(value, TargetAssignmentMemberValue):
+        _topic_partitions(w, value.topic_partitions)
+        w.tags()
+    elif isinstance(value, CurrentMemberAssignmentValue):
+        w.i32(value.member_epoch)
+        w.i32(value.previous_member_epoch)
+        w.i8(value.state)
+        _epoch_topic_partitions(w, value.assigned_partitions)
+        _epoch_topic_partitions(w, value.partitions_pending_revocation)
+        w.tags()
+    else:
+        w.string_array(value.topics)
+        w.i64(value.version)
+        w.i64(value.timestamp)
+        w.tags()
+    return w.done()
+
+
+def decode_value(key: ConsumerKey, data: bytes | None) -> ConsumerValue | None:
+    """The value of a record whose key is ``key``; None (a tombstone) stays None."""
+    if data is None:
+        return None
+    if len(data) < 2:
+        raise ConsumerRecordError("value too short for a version")
+    version = int(_I16.unpack_from(data, 0)[0])
+    if isinstance(key, PartitionMetadataKey):
+        return PartitionMetadataValue(bytes(data[2:]))
+    if version != VALUE_VERSION:
+        raise ConsumerRecordError(f"{type(key).__name__} value version {version} is unknown")
+    r = _R(bytes(data))
+    try:
+        return _decode_value(key, r)
+    except (struct.error, ValueError) as e:
+        if isinstance(e, ConsumerRecordError):
+            raise
+        raise ConsumerRecordError(str(e)) from e
+
+
+def _decode_value(key: ConsumerKey, r: _R) -> ConsumerValue:
+    if isinstance(key, GroupMetadataKey):
+        epoch = r.i32()
+        tags = r.tags()
+        return GroupMetadataValue(epoch, _R(tags[0], 0).i64() if 0 in tags else 0)
+    if isinstance(key, MemberMetadataKey):
+        instance_id = r.nullable_string()
+        rack_id = r.nullable_string()
+        client_id = r.string()
+        client_host = r.string()
+        names = r.string_array()
+        regex = r.nullable_string()
+        rebalance_timeout = r.i32()
+        assignor = r.nullable_string()
+        tags = r.tags()
+        classic = None
+        if 0 in tags:
+            c = _R(tags[0], 0)
+            session_timeout = c.i32()
+            protocols = []
+            for _ in range(c.array_len()):
+                name = c.string()
+                meta = c.bytes_()
+                c.tags()
+                protocols.append(ClassicProtocol(name, meta))
+            c.tags()
+            classic = ClassicMemberMetadata(session_timeout, tuple(protocols))
+        return MemberMetadataValue(
+            instance_id, rack_id, client_id, client_host, names, regex, rebalance_timeout, assignor, classic
+        )
+    if isinstance(key, TargetAssignmentMetadataKey):
+        epoch = r.i32()
+        tags = r.tags()
+        return TargetAssignmentMetadataValue(epoch, _R(tags[0], 0).i64() if 0 in tags else 0)
+    if isinstance(key, TargetAssignmentMemberKey):
+        tps = []
+        for _ in range(r.array_len()):
+            tid = r.uuid()
+            parts = r.i32_array()
+            r.tags()
+            tps.append(TopicPartitions(tid, parts))
+        r.tags()
+        return TargetAssignmentMemberValue(tuple(tps))
+    if isinstance(key, CurrentMemberAssignmentKey):
+        epoch = r.i32()
+        previous = r.i32()
+        state = r.i8()
+        assigned = _read_epoch_topic_partitions(r)
+        pending = _read_epoch_topic_partitions(r)
+        r.tags()
+        return CurrentMemberAssignmentValue(epoch, previous, state, assigned, pending)
+    if isinstance(key, RegularExpressionKey):
+        topics = r.string_array()
+        version = r.i64()
+        ts = r.i64()
+        r.tags()
+        return RegularExpressionValue(topics, version, ts)
+    raise ConsumerRecordError(f"no value layout for {type(key).__name__}")
+
+
+def encode_record(key: ConsumerKey, value: ConsumerValue | None) -> tuple[bytes, bytes | None]:
+    """(key bytes, value bytes or None for a tombstone)."""
+    if value is not None and not isinstance(value, _VALUE_FOR_KEY[type(key)]):
+        raise ConsumerRecordError(f"{type(value).__name__} cannot be the value of a {type(key).__name__}")
+    return encode_key(key), (None if value is None else encode_value(value))
+
+
+def decode_record(key: bytes, value: bytes | None) -> ConsumerRecord:
+    k = decode_key(key)
+    return k, decode_value(k, value)
+
+
+def is_consumer_record_type(rtype: int) -> bool:
+    return rtype in RECORD_TYPES
+
+
+RECORD_NAMES: Final = {
+    GROUP_METADATA: "consumer_group_metadata",
+    PARTITION_METADATA: "consumer_group_partition_metadata",
+    MEMBER_METADATA: "consumer_group_member_metadata",
+    TARGET_ASSIGNMENT_METADATA: "consumer_group_target_assignment_metadata",
+    TARGET_ASSIGNMENT_MEMBER: "consumer_group_target_assignment_member",
+    CURRENT_MEMBER_ASSIGNMENT: "consumer_group_current_member_assignment",
+    REGULAR_EXPRESSION: "consumer_group_regular_expression",
+}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.title() for w in rest)
+
+
+def to_json(obj: object) -> object:
+    """A key or value as JSON-able data (camelCase field names, as Kafka's JSON converters;
+    uuids as strings, bytes as their length) for dump tools and the pipeline."""
+    if obj is None or isinstance(obj, str | int | bool):
+        return obj
+    if isinstance(obj, uuid.UUID):
+        return str(obj)
+    if isinstance(obj, bytes):
+        return {"size": len(obj)}
+    if isinstance(obj, tuple):
+        return [to_json(x) for x in obj]
+    fields = getattr(obj, "__dataclass_fields__", None)
+    if fields is not None:
+        return {_camel(f): to_json(getattr(obj, f)) for f in fields if f != "record_type"}
+    raise TypeError(f"cannot describe {type(obj).__name__}")
+
+
+def describe(key: bytes, value: bytes | None) -> dict[str, object]:
+    """``{"type", "key", "value"}`` of one consumer-group record (value None for a tombstone);
+    raises ConsumerRecordError for bytes that do not decode."""
+    k, v = decode_record(key, value)
+    return {"type": RECORD_NAMES[k.record_type], "key": to_json(k), "value": to_json(v)}
