@@ -74,7 +74,7 @@ class Harness:
         """Move the clock, firing due timers in deadline order."""
         target = self.now + ms
         while True:
-            due = sorted((d, k) for k, d in self.timers.items() if d <= target)
+            due = sorted(((d, k) for k, d in self.timers.items() if d <= target), key=lambda x: (x[0], x[1].sort_key()))
             if not due:
                 break
             d, k = due[0]
