@@ -27,6 +27,7 @@ from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.framing import FrameError, parse_request_header, peek_api_key_version
 
 from .broker import Broker, CloseConnection, RequestContext
+from .control import control_plane_for
 from .handlers import load_handlers
 from .handlers.api_versions import unsupported_version_body
 from .logger import get as get_logger
@@ -59,6 +60,7 @@ class Server:
         self.port = port
         self.max_request_bytes: int = broker.config["socket.request.max.bytes"]
         self.handlers = load_handlers()
+        self.hook = control_plane_for(broker)  # docs/control.md; a no-op when the control plane is off
         self._server: asyncio.base_events.Server | None = None
         self._conn_ids = itertools.count(1)
         self._connections: dict[int, tuple[asyncio.Task[None], asyncio.StreamWriter]] = {}
@@ -72,7 +74,11 @@ class Server:
             self._server = await asyncio.start_server(
                 self._on_connect, self.host, self.port, reuse_address=True, limit=2**20
             )
+            self.port = self._server.sockets[0].getsockname()[1]
+            control = await self.hook.start(self)
         except BaseException:
+            if self._server is not None:
+                self._server.close()
             await self.broker.stop()  # components started above (files open) are closed again
             raise
         sock = self._server.sockets[0]
@@ -85,6 +91,7 @@ class Server:
             advertised=f"{self.broker.advertised_host}:{self.broker.advertised_port}",
             node_id=self.broker.node_id,
             cluster_id=self.broker.cluster_id,
+            control=control,
         )
 
     async def stop(self) -> None:
@@ -102,6 +109,7 @@ class Server:
             return
         self._closing = True
         log.info("shutting down", connections=len(self._connections), busy=len(self._busy))
+        await self.hook.stop()  # held requests are released, the control listener closes
         if self._server is not None:
             self._server.close()
         for cid, (task, _writer) in list(self._connections.items()):
@@ -234,7 +242,7 @@ class Server:
             return None
         ctx = RequestContext(self.broker, api_key, version, corr, header.client_id, client_host, cid)
         try:
-            response = await self.handlers[api_key](ctx, request)
+            response = await self.hook.handle(ctx, request, self.handlers[api_key])
         except asyncio.CancelledError:
             raise
         except CloseConnection as e:
