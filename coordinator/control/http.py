@@ -26,7 +26,9 @@ log = get_logger("rallypoint.control")
 MAX_HEAD_BYTES: Final = 64 * 1024
 MAX_BODY_BYTES: Final = 1024 * 1024
 READ_CHUNK: Final = 64 * 1024
-IDLE_TIMEOUT_S: Final = 300.0  # a kept-alive connection with no request for this long is closed
+IDLE_TIMEOUT_S: Final = 300.0
+LINGER_S: Final = 1.0  # after an error answer, input is drained this long (and LINGER_BYTES) before closing
+LINGER_BYTES: Final = 4 * 1024 * 1024  # a kept-alive connection with no request for this long is closed
 
 REASONS: Final = {
     200: b"OK",
@@ -38,6 +40,7 @@ REASONS: Final = {
     405: b"Method Not Allowed",
     408: b"Request Timeout",
     413: b"Content Too Large",
+    431: b"Request Header Fields Too Large",
     500: b"Internal Server Error",
     503: b"Service Unavailable",
 }
@@ -143,11 +146,11 @@ class HttpServer:
             try:
                 request = await self._read_request(conn, reader)
             except HttpError as e:
-                await self._send_error_and_close(conn, writer, e)
+                await self._send_error_and_close(conn, reader, writer, e)
                 return
             except h11.RemoteProtocolError as e:
                 status = e.error_status_hint if e.error_status_hint in REASONS else 400
-                await self._send_error_and_close(conn, writer, HttpError(status, f"bad HTTP request: {e}"))
+                await self._send_error_and_close(conn, reader, writer, HttpError(status, f"bad HTTP request: {e}"))
                 return
             if request is None:
                 return
@@ -265,7 +268,12 @@ class HttpServer:
                 with contextlib.suppress(BaseException):
                     await aclose()
 
-    async def _send_error_and_close(self, conn: h11.Connection, writer: asyncio.StreamWriter, e: HttpError) -> None:
+    async def _send_error_and_close(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, e: HttpError
+    ) -> None:
+        """Answer ``e`` and close gracefully: what the client is still sending is read and dropped
+        for a moment (bounded), so that closing with unread input does not reset the connection
+        before the client has read the answer."""
         if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
         payload = json.dumps({"error": e.message, "status": e.status}).encode() + b"\n"
@@ -281,3 +289,18 @@ class HttpServer:
             writer.write(conn.send(h11.Data(data=payload)))
             writer.write(conn.send(h11.EndOfMessage()))
             await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+            deadline = asyncio.get_running_loop().time() + LINGER_S
+            dropped = 0
+            while dropped < LINGER_BYTES:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                try:
+                    data = await asyncio.wait_for(reader.read(READ_CHUNK), left)
+                except TimeoutError:
+                    break
+                if not data:
+                    break
+                dropped += len(data)
