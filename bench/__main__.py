@@ -37,6 +37,7 @@ SECTIONS: list[tuple[str, str]] = [
     ("Data plane", "bench.produce_consume"),
     ("Fetch wake-up", "bench.fetch_wakeup"),
     ("Pipeline", "bench.pipeline"),
+    ("Control plane", "bench.control_plane"),
 ]
 
 

@@ -227,7 +227,11 @@ def test_topics_and_groups_named() -> None:
 
 
 def test_error_codes_reads_dicts_and_messages() -> None:
-    assert shapes.error_codes({"error_code": 0}) == ()
-    assert shapes.error_codes({"topics": [{"partitions": [{"error_code": 16}, {"error_code": 0}]}]}) == (16,)
+    assert shapes.error_codes(12, 4, {"error_code": 0, "throttle_time": 0}) == ()
+    assert shapes.error_codes(12, 4, {"error_code": 27}) == (27,)
+    commit = {"topics": [{"partitions": [{"error_code": 16}, {"error_code": 0}]}]}
+    assert shapes.error_codes(8, 9, commit) == (16,)
     msg = codec.build_response(15, 5, {"groups": [{"group_id": "a", "error_code": 69}, {"group_id": "b"}]})
-    assert shapes.error_codes(msg) == (69,)
+    assert shapes.error_codes(15, 5, msg) == (69,)
+    fetch = {"error_code": 0, "responses": [{"topic": "t", "partitions": [{"error_code": 1, "records": b"x"}]}]}
+    assert shapes.error_codes(1, 12, fetch) == (1,)

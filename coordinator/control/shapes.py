@@ -424,27 +424,66 @@ def as_message(api_key: int, version: int, body: Mapping[str, Any] | Any) -> Any
 # ------------------------------------------------------------------------ reading answers
 
 
-def error_codes(response: Mapping[str, Any] | Any) -> tuple[int, ...]:
-    """Every non-zero ``error_code`` in a handler's answer (a dict or a codec message), in order."""
+def error_codes(api_key: int, version: int, response: Mapping[str, Any] | Any) -> tuple[int, ...]:
+    """Every non-zero ``error_code`` in a handler's answer (a dict or a codec message), in order.
+
+    On the path of every request (the request log): an answer whose schema has its only error
+    code at the top level (Heartbeat, JoinGroup, SyncGroup ...) is read with one lookup."""
+    if type(response) is dict and _flat(api_key, version):
+        code = response.get("error_code")
+        return (int(code),) if code else ()
     out: list[int] = []
     _codes(response, out)
-    return tuple(out)
+    return tuple(out) if out else ()
+
+
+_flat_cache: dict[int, bool] = {}
+
+
+def _flat(api_key: int, version: int) -> bool:
+    """Does the response schema have error codes only at its top level?"""
+    key = api_key << 16 | version
+    flat = _flat_cache.get(key)
+    if flat is None:
+        try:
+            cls = codec.response_class(api_key, version)
+        except codec.UnknownVersion:
+            flat = False
+        else:
+            flat = not any(nested is not None and _nested_codes(nested) for _kt, nested in _fields(cls).values())
+        _flat_cache[key] = flat
+    return flat
+
+
+def _nested_codes(cls: type) -> bool:
+    return "error_code" in _fields(cls) or any(
+        nested is not None and _nested_codes(nested) for _kt, nested in _fields(cls).values()
+    )
+
+
+_LEAVES: Final = frozenset({int, str, bytes, bool, float, type(None), uuid.UUID})
 
 
 def _codes(obj: Any, out: list[int]) -> None:
-    if isinstance(obj, Mapping):
+    if type(obj) is dict:
         items: Iterable[tuple[str, Any]] = obj.items()
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        items = ((name, getattr(obj, name)) for name, (_kt, nested) in _fields(obj.__class__).items())
+    elif hasattr(type(obj), "__dataclass_fields__"):
+        items = ((name, getattr(obj, name)) for name in _fields(obj.__class__))
+    elif isinstance(obj, Mapping):
+        items = obj.items()
     else:
         return
     for key, value in items:
         if key == "error_code":
             if value:
                 out.append(int(value))
-        elif isinstance(value, list | tuple):
+            continue
+        t = type(value)
+        if t in _LEAVES:
+            continue
+        if t is list or t is tuple:
             for item in value:
-                if isinstance(item, Mapping) or (dataclasses.is_dataclass(item) and not isinstance(item, type)):
+                if type(item) not in _LEAVES:
                     _codes(item, out)
-        elif isinstance(value, Mapping) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+        else:
             _codes(value, out)
