@@ -27,6 +27,7 @@ MAX_HEAD_BYTES: Final = 64 * 1024
 MAX_BODY_BYTES: Final = 1024 * 1024
 READ_CHUNK: Final = 64 * 1024
 IDLE_TIMEOUT_S: Final = 300.0
+STOP_GRACE_S: Final = 0.2
 LINGER_S: Final = 1.0  # after an error answer, input is drained this long (and LINGER_BYTES) before closing
 LINGER_BYTES: Final = 4 * 1024 * 1024  # a kept-alive connection with no request for this long is closed
 
@@ -117,6 +118,8 @@ class HttpServer:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._tasks:  # ended streams send their last chunk; then whatever still runs is cancelled
+            await asyncio.wait(list(self._tasks), timeout=STOP_GRACE_S)
         for t in list(self._tasks):
             t.cancel()
         if self._tasks:
