@@ -30,6 +30,7 @@ from .groupview import GroupTracker
 from .hooks import Handler, Response, ServerInfo
 from .http import HttpServer
 from .requestlog import RequestLog
+from .shapes import FLAT as _FLAT
 from .shapes import error_codes
 
 if TYPE_CHECKING:
@@ -129,11 +130,18 @@ class ControlPlane:
         except Exception:
             self._record(ctx, (int(ErrorCode.UNKNOWN_SERVER_ERROR),), t0, None, True)
             raise
+        key = ctx.api_key
         if response is None:
             errors = _NO_ERRORS
+        elif type(response) is dict and _FLAT.get(key << 16 | ctx.api_version):
+            # the error code is only at the top level (Heartbeat, JoinGroup, SyncGroup ...)
+            code = response.get("error_code")
+            errors = (int(code),) if code is not None and code != 0 else _NO_ERRORS
+            if key == JOIN_GROUP_KEY:
+                self.groups.on_join_answer(request, response)
         else:
-            errors = error_codes(ctx.api_key, ctx.api_version, response)
-            if ctx.api_key == JOIN_GROUP_KEY:
+            errors = error_codes(key, ctx.api_version, response)
+            if key == JOIN_GROUP_KEY:
                 self.groups.on_join_answer(request, response)
         if self._log_on:
             log = self.requests

@@ -431,19 +431,22 @@ def error_codes(api_key: int, version: int, response: Mapping[str, Any] | Any) -
     code at the top level (Heartbeat, JoinGroup, SyncGroup ...) is read with one lookup."""
     if type(response) is dict and _flat(api_key, version):
         code = response.get("error_code")
-        return (int(code),) if code else ()
+        # `code != 0`, not `if code`: truth-testing an IntEnum member runs Python code
+        return (int(code),) if code is not None and code != 0 else ()
     out: list[int] = []
     _codes(response, out)
     return tuple(out) if out else ()
 
 
-_flat_cache: dict[int, bool] = {}
+# (api_key << 16 | version) -> "the response has error codes only at its top level", filled as
+# answers are seen (the request hook reads it without a function call).
+FLAT: dict[int, bool] = {}
 
 
 def _flat(api_key: int, version: int) -> bool:
     """Does the response schema have error codes only at its top level?"""
     key = api_key << 16 | version
-    flat = _flat_cache.get(key)
+    flat = FLAT.get(key)
     if flat is None:
         try:
             cls = codec.response_class(api_key, version)
@@ -451,7 +454,7 @@ def _flat(api_key: int, version: int) -> bool:
             flat = False
         else:
             flat = not any(nested is not None and _nested_codes(nested) for _kt, nested in _fields(cls).values())
-        _flat_cache[key] = flat
+        FLAT[key] = flat
     return flat
 
 
@@ -475,7 +478,7 @@ def _codes(obj: Any, out: list[int]) -> None:
         return
     for key, value in items:
         if key == "error_code":
-            if value:
+            if value is not None and value != 0:
                 out.append(int(value))
             continue
         t = type(value)
