@@ -295,7 +295,9 @@ def test_expire_expels_a_stopped_member_at_once(
     except AssertionError as e:
         raise AssertionError(f"{e}\n{members[0].log()}\n{members[1].log()}") from None
     took = time.monotonic() - expired_at
-    assert took < 2.0, f"survivors reassigned {took:.2f} s after expire (session timeout 12 s)"
+    # ~0.6 s on a quiet machine (heartbeats every 250 ms); the bound leaves room for a loaded one
+    # and is far below the 12 s the session timeout would take
+    assert took < 3.0, f"survivors reassigned {took:.2f} s after expire (session timeout 12 s)"
     after = ctl.post("/v1/groups/g-expire/wait", {"state": "Stable", "members": 2, "timeout_ms": 5000})
     assert after["generation"] == generation + 1
     stream = ctl.events("/v1/events?types=member&last_event_id=0")
@@ -321,7 +323,7 @@ def test_clock_advance_expels_a_member_silent_for_a_few_seconds_and_keeps_the_ot
     except AssertionError as e:
         raise AssertionError(f"{e}\n{members[0].log()}\n{members[1].log()}") from None
     took = time.monotonic() - advanced_at
-    assert took < 2.0, f"survivors reassigned {took:.2f} s after the clock moved"
+    assert took < 3.0, f"survivors reassigned {took:.2f} s after the clock moved (session timeout 12 s)"
     after = ctl.post("/v1/groups/g-clock/wait", {"state": "Stable", "members": 2, "timeout_ms": 5000})
     assert sorted(m["client_id"] for m in after["members"]) == ["survivor-a", "survivor-b"]
     assert after["generation"] == generation + 1
