@@ -86,6 +86,8 @@ def test_unknown_paths_methods_and_ids(ctl_broker: BrokerProcess) -> None:
     r = c.call("PUT", "/v1/faults")
     assert r.status == 405 and "POST" in r.headers["allow"]
     assert c.call("GET", "/v1/groups/no-such-group").status == 404
+    r = c.call("GET", "/v1/groups/a%2Fb%20c")  # ids are percent-decoded per path segment
+    assert r.status == 404 and r.body["error"] == "no group 'a/b c'"
     assert c.call("POST", "/v1/groups/no-such-group/members/m/expire").status == 404
     assert c.call("GET", "/v1/faults/7").status == 404
     assert c.call("DELETE", "/v1/faults/7").status == 404
