@@ -72,7 +72,8 @@ ENV PATH=/opt/rallypoint/bin:$PATH \
 USER 10001:10001
 WORKDIR /var/lib/rallypoint
 VOLUME ["/var/lib/rallypoint"]
-EXPOSE 9092
+# 9092: Kafka; 9644: the control plane (HTTP: faults, waits, clock, request log; docs/control.md).
+EXPOSE 9092 9644
 # The bundled probe: one ApiVersions round trip to the broker; exit 0 healthy, 1 not.
 # Through sh so that a KAFKA_PORT given to the container is the port probed.
 HEALTHCHECK --interval=5s --timeout=5s --start-period=10s --retries=3 \

@@ -39,6 +39,7 @@ SECTIONS: list[tuple[str, str]] = [
     ("Fetch wake-up", "bench.fetch_wakeup"),
     ("Pipeline", "bench.pipeline"),
     ("Load", "bench.load"),
+    ("Control plane", "bench.control_plane"),
 ]
 
 

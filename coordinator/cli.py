@@ -1,7 +1,7 @@
 """Command line: ``rallypoint [serve flags]`` runs the broker; other tools are subcommands.
 
     rallypoint --host 127.0.0.1 --port 9092 --data-dir DIR --advertised-host H \
-               --config key=value ... [--log-format console|json] [--log-level info]
+               [--control-port 9644] --config key=value ... [--log-format console|json] [--log-level info]
     rallypoint probe --host H --port P          # one ApiVersions round trip, exit 0/1
     rallypoint dump-log PATH [--json]           # print __consumer_offsets segments decoded
 
@@ -41,6 +41,7 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="data directory (config data.dir)")
     p.add_argument("--advertised-host", help="host told to clients (config advertised.host)")
     p.add_argument("--advertised-port", help="port told to clients (config advertised.port)")
+    p.add_argument("--control-port", help="control HTTP port (config rallypoint.control.port; 0 = any, -1 = off)")
     p.add_argument(
         "--config",
         "-c",
@@ -69,6 +70,7 @@ def parse_serve_args(argv: Sequence[str]) -> tuple[config_mod.Config, argparse.N
         ("data_dir", "data.dir"),
         ("advertised_host", "advertised.host"),
         ("advertised_port", "advertised.port"),
+        ("control_port", "rallypoint.control.port"),
     ):
         v = getattr(args, flag)
         if v is not None:

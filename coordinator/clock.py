@@ -11,10 +11,20 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """Wall-clock milliseconds (commit timestamps, group state timestamps)."""
+    """Wall-clock milliseconds (commit timestamps, group state timestamps), plus a skew that only
+    moves forward: the control plane's ``POST /v1/clock/advance`` (docs/control.md, "Clock")."""
+
+    def __init__(self) -> None:
+        self.skew_ms = 0
 
     def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
+        return time.time_ns() // 1_000_000 + self.skew_ms
+
+    def advance(self, ms: int) -> int:
+        if ms < 0:
+            raise ValueError("time does not go backwards")
+        self.skew_ms += ms
+        return self.now_ms()
 
 
 class FakeClock:

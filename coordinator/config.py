@@ -184,6 +184,19 @@ SETTINGS: Final[dict[str, Setting]] = {
             "fsync policy of the offsets log",
         ),
         Setting("rallypoint.offsets.flush.interval.ms", _int_range(1, INT32_MAX), 1000, "fsync interval"),
+        Setting(
+            "rallypoint.control.port",
+            _int_range(-1, 65535),
+            None,
+            "control HTTP port (docs/control.md); unset: 9644, or a free port when 9644 is taken; 0 = any; -1 = off",
+        ),
+        Setting("rallypoint.control.token", _str, None, "bearer token the control endpoints then require"),
+        Setting(
+            "rallypoint.control.request.log.size",
+            _int_range(0, 10_000_000),
+            10000,
+            "request log entries kept (0 = off)",
+        ),
     )
 }
 

@@ -49,6 +49,7 @@ from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.framing import FrameError, parse_request_header, peek_api_key_version
 
 from .broker import Broker, CloseConnection, RequestContext
+from .control import control_plane_for
 from .handlers import load_handlers
 from .handlers.api_versions import unsupported_version_body
 from .logger import get as get_logger
@@ -157,6 +158,7 @@ class Server:
         self._request_slots = asyncio.Semaphore(cfg["queued.max.requests"])
         self._pipeline_turn = asyncio.Lock()
         self.handlers = load_handlers()
+        self.hook = control_plane_for(broker)  # docs/control.md; a no-op when the control plane is off
         self._server: asyncio.base_events.Server | None = None
         self._conn_ids = itertools.count(1)
         self._connections: dict[int, tuple[asyncio.Task[None], asyncio.StreamWriter]] = {}
@@ -175,7 +177,11 @@ class Server:
             self._server = await asyncio.start_server(
                 self._on_connect, self.host, self.port, reuse_address=True, limit=_READ_AHEAD
             )
+            self.port = self._server.sockets[0].getsockname()[1]
+            control = await self.hook.start(self)
         except BaseException:
+            if self._server is not None:
+                self._server.close()
             await self.broker.stop()  # components started above (files open) are closed again
             raise
         sock = self._server.sockets[0]
@@ -188,6 +194,7 @@ class Server:
             advertised=f"{self.broker.advertised_host}:{self.broker.advertised_port}",
             node_id=self.broker.node_id,
             cluster_id=self.broker.cluster_id,
+            control=control,
         )
 
     async def stop(self) -> None:
@@ -205,6 +212,7 @@ class Server:
             return
         self._closing = True
         log.info("shutting down", connections=len(self._connections), busy=len(self._busy))
+        await self.hook.stop()  # held requests are released, the control listener closes
         if self._server is not None:
             self._server.close()
         for cid, (task, _writer) in list(self._connections.items()):
@@ -386,7 +394,7 @@ class Server:
         store = self.broker.topics
         mutations = store.mutations
         try:
-            response = await self.handlers[api_key](ctx, decoded.request)
+            response = await self.hook.handle(ctx, decoded.request, self.handlers[api_key])
         except asyncio.CancelledError:
             raise
         except CloseConnection as e:

@@ -1,7 +1,7 @@
 """The container recipe, checked without a container engine.
 
 - ``Dockerfile``: hadolint finds nothing; its shape (multi-stage from the ``BASE_IMAGE`` arg,
-  non-root, EXPOSE 9092, VOLUME, HEALTHCHECK with the bundled probe, the docker/ entrypoint).
+  non-root, EXPOSE 9092 and 9644, VOLUME, HEALTHCHECK with the bundled probe, the docker/ entrypoint).
 - ``.dockerignore``: the build context holds what the Dockerfile copies and nothing else.
 - ``docker/entrypoint.sh`` run EXACTLY as the image runs it -- the image's ENV, ENTRYPOINT and
   HEALTHCHECK parsed from the Dockerfile -- only bound to 127.0.0.1 on a free port with a temp
@@ -235,7 +235,7 @@ def test_build_stage_makes_wheels_and_final_stage_installs_only_them(dockerfile:
         assert "ensure-python.sh" in " ".join(i.value for i in stage.all("RUN")), stage.name
 
 
-def test_runtime_is_non_root_exposes_9092_and_has_the_data_volume(dockerfile: Dockerfile) -> None:
+def test_runtime_is_non_root_exposes_9092_and_9644_and_has_the_data_volume(dockerfile: Dockerfile) -> None:
     final = dockerfile.final
     user = final.last("USER")
     assert user is not None, "the image runs as root"
@@ -246,7 +246,7 @@ def test_runtime_is_non_root_exposes_9092_and_has_the_data_volume(dockerfile: Do
     assert f"--uid {uid}" in runs, "the USER's uid is not created in the image"
     assert f"chown rallypoint:rallypoint {DATA_VOLUME}" in runs, "the data volume is not the user's"
     exposed = [p for i in final.all("EXPOSE") for p in i.value.split()]
-    assert exposed == ["9092"], exposed
+    assert exposed == ["9092", "9644"], exposed  # Kafka, the control plane (docs/control.md)
     volumes = [v for i in final.all("VOLUME") for v in (i.exec_form() or i.value.split())]
     assert volumes == [DATA_VOLUME], volumes
     # The venv with the rallypoint command is on PATH (the entrypoint calls `rallypoint`).

@@ -41,6 +41,7 @@ from .events import (
     DeleteGroupsResult,
     DescribeResult,
     Effect,
+    HeartbeatKey,
     HeartbeatRequest,
     HeartbeatResult,
     InternalError,
@@ -237,6 +238,7 @@ class GroupsRuntime:
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
             elif isinstance(e, Transition):
+                self._tell_listeners(e)  # control plane (block at the end of this file)
                 log.info(
                     "group state transition",
                     group=e.group_id,
@@ -248,6 +250,7 @@ class GroupsRuntime:
                     **{"from": e.from_state, "to": e.to_state},
                 )
             elif isinstance(e, Note):
+                self._tell_listeners(e)  # control plane (block at the end of this file)
                 log.info(e.event, **e.fields)
             elif isinstance(e, InternalError):
                 log.error(
@@ -336,3 +339,52 @@ class GroupsRuntime:
 
     def _guarded(self, what: str, call: Callable[[], list[Effect]]) -> None:
         self._apply(self._call(what, call))
+
+    # ==================================================================== control plane
+    # Two methods for the HTTP control plane (coordinator/control/, docs/control.md), plus the
+    # listener call in _apply's Transition and Note branches.  Kept together so they move as one
+    # block when this module changes shape.
+
+    _listeners: tuple[Callable[[Transition | Note], None], ...] = ()
+
+    def add_listener(self, listener: Callable[[Transition | Note], None]) -> None:
+        """Call ``listener`` with every state transition and note, as the runtime applies them
+        (on the event loop; it must not raise or block)."""
+        self._listeners = (*self._listeners, listener)
+
+    def _tell_listeners(self, e: Transition | Note) -> None:
+        for listener in self._listeners:
+            try:
+                listener(e)
+            except Exception:
+                log.exception("group listener failed")
+
+    def fire_timers(self, expire_member: tuple[str, str] | None = None) -> bool:
+        """Fire now every timer that the clock says is due, earliest deadline first, each as if
+        at its deadline (the control plane calls this after moving the clock forward: a timer
+        armed for "in 30 s" must not wait 30 s of real time); the others are re-scheduled
+        against the moved clock.
+
+        ``expire_member=(group_id, member_id)``: that member's session timer is made due now
+        first, so its session expires exactly as if it had stopped heartbeating (the machine's
+        own heartbeat-expiry path).  False, and nothing changes, when it has no session timer
+        (unknown group or member).
+        """
+        now = self.clock.now_ms()
+        if expire_member is not None:
+            key: TimerKey = HeartbeatKey(expire_member[0], expire_member[1])
+            if key not in self.machine.armed_timers():
+                return False
+            self.machine.ctx.timers[key] = now  # the member's session deadline is now
+        self._guarded("advance", lambda: self.machine.advance(now))
+        armed = self.machine.armed_timers()
+        for key, t in list(self._timers.items()):
+            deadline = armed.get(key)
+            if deadline is None:  # fired (or cancelled) inside the machine
+                del self._timers[key]
+                if t.handle is not None:
+                    t.handle.cancel()
+            else:
+                t.deadline = deadline
+                self._schedule(key, t)
+        return True

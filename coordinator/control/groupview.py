@@ -1,0 +1,319 @@
+"""Groups as the control plane shows them (``GET /v1/groups[/{group}]``), their events, and waits.
+
+The group state is read only through the group runtime's public API (``describe``,
+``list_groups``, ``fetch_offsets``) and its listener (transitions and notes).  What those do not
+carry is learnt on the way:
+
+* ``generation`` and ``leader`` from each transition and each successful JoinGroup answer;
+* a member's ``session_timeout_ms`` / ``rebalance_timeout_ms`` from its successful JoinGroup
+  (request and answer, seen by the request hook).
+
+So after a restart these are null until the group's next rebalance (docs/control.md, "Groups").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from rallypoint.protocol import codec
+from rallypoint.protocol.consumer_protocol import ConsumerProtocolError, decode_assignment
+from rallypoint.protocol.errors import ErrorCode
+
+from ..groups.events import Note, OffsetFetchGroupRequest, OffsetFetchRequest, Transition
+from .events import EventHub
+
+if TYPE_CHECKING:
+    from ..broker import Broker
+
+TRANSITIONS_KEPT: Final = 50  # per group
+GROUPS_TRACKED: Final = 10000  # groups whose transitions are remembered (least recent dropped)
+RECHECK_S: Final = 0.5  # a wait re-reads the group at least this often
+
+GROUP_STATES: Final = {
+    s.lower(): s
+    for s in (
+        "Empty",
+        "PreparingRebalance",
+        "CompletingRebalance",
+        "Stable",
+        "Dead",
+        "Assigning",  # consumer (KIP-848) groups
+        "Reconciling",
+    )
+}
+
+
+class Unavailable(Exception):
+    """The coordinator cannot answer about the group now (loading, shutting down)."""
+
+
+def _note_kind(event: str) -> str | None:
+    """A runtime note's name → the ``member`` event kind it is, if any.  Names are compared
+    without case or separators so a rename from "member added" to ``member_added`` keeps working."""
+    words = event.lower().replace("_", " ").replace(".", " ").replace("-", " ").split()
+    if "member" not in words:
+        return None
+    if "added" in words or "joined" in words:
+        return "joined"
+    if "left" in words:
+        return "left"
+    if "replaced" in words or "fenced" in words:
+        return "fenced"
+    if "expired" in words or "removed" in words:
+        return "expired"
+    return None
+
+
+class GroupTracker:
+    def __init__(self, broker: Broker, events: EventHub) -> None:
+        self.broker = broker
+        self.events = events
+        self._transitions: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
+        self._generation: dict[str, int] = {}
+        self._leader: dict[str, str | None] = {}
+        self._timeouts: dict[tuple[str, str], tuple[int, int]] = {}
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+
+    def now_ms(self) -> int:
+        return self.broker.clock.now_ms()
+
+    # ------------------------------------------------------------------ what we learn
+
+    def on_group_event(self, e: Transition | Note) -> None:
+        """The runtime's listener (transitions and notes, as they happen)."""
+        if isinstance(e, Transition):
+            self._on_transition(e)
+        else:
+            self._on_note(e)
+
+    def _on_transition(self, e: Transition) -> None:
+        now = self.now_ms()
+        gid = e.group_id
+        ring = self._transitions.get(gid)
+        if ring is None:
+            ring = self._transitions[gid] = deque(maxlen=TRANSITIONS_KEPT)
+            while len(self._transitions) > GROUPS_TRACKED:
+                old, _ = self._transitions.popitem(last=False)
+                self._forget(old)
+        else:
+            self._transitions.move_to_end(gid)
+        entry = {
+            "time_ms": now,
+            "from": e.from_state,
+            "to": e.to_state,
+            "reason": e.reason,
+            "generation": e.generation,
+        }
+        ring.append(entry)
+        self._generation[gid] = e.generation
+        self._leader[gid] = e.leader
+        if e.to_state == "Dead":
+            self._forget_members(gid)
+        self.events.publish(
+            "group",
+            {
+                "group_id": gid,
+                "time_ms": now,
+                "from": e.from_state,
+                "to": e.to_state,
+                "reason": e.reason,
+                "generation": e.generation,
+                "leader": e.leader,
+                "members": e.members,
+            },
+        )
+        self._wake(gid)
+
+    def _on_note(self, e: Note) -> None:
+        f = e.fields
+        gid = f.get("group")
+        if not isinstance(gid, str):
+            return
+        words = e.event.lower().replace("_", " ").replace(".", " ")
+        if "loaded" in words and isinstance(f.get("generation"), int):
+            self._generation[gid] = int(f["generation"])  # type: ignore[call-overload]
+        kind = _note_kind(e.event)
+        if kind is not None:
+            now = self.now_ms()
+            if kind == "fenced":
+                old, new = f.get("old"), f.get("new")
+                self._publish_member(gid, str(old), "fenced", now, f)
+                if isinstance(old, str) and isinstance(new, str):
+                    t = self._timeouts.pop((gid, old), None)
+                    if t is not None:
+                        self._timeouts[(gid, new)] = t
+                    self._publish_member(gid, new, "joined", now, f)
+            else:
+                member = f.get("member")
+                if isinstance(member, str):
+                    if kind != "joined":
+                        self._timeouts.pop((gid, member), None)
+                    self._publish_member(gid, member, kind, now, f)
+        self._wake(gid)
+
+    def _publish_member(self, gid: str, member: str, kind: str, now: int, f: dict[str, object]) -> None:
+        data: dict[str, Any] = {"group_id": gid, "member_id": member, "kind": kind, "time_ms": now}
+        for src, dst in (("reason", "reason"), ("client", "client_id"), ("instance", "instance_id")):
+            value = f.get(src)
+            if value is None or isinstance(value, str | int | float | bool):
+                data[dst] = value
+        self.events.publish("member", data)
+
+    def on_join_answer(self, request: Any, response: Any) -> None:
+        """A JoinGroup answered: remember the member's timeouts, the generation and leader."""
+        get = response.get if isinstance(response, dict) else lambda k, d=None: getattr(response, k, d)
+        if int(get("error_code", 0) or 0) != 0:
+            return
+        member = get("member_id", "")
+        gid = getattr(request, "group_id", None)
+        if not member or not isinstance(gid, str):
+            return
+        session = codec.ms(request.session_timeout)
+        rebalance = getattr(request, "rebalance_timeout", None)
+        self._timeouts[(gid, str(member))] = (session, codec.ms(rebalance) if rebalance is not None else session)
+        generation = get("generation_id", None)
+        if isinstance(generation, int) and generation >= 0:
+            self._generation[gid] = generation
+        leader = get("leader", None)
+        if isinstance(leader, str) and leader:
+            self._leader[gid] = leader
+
+    def _forget_members(self, gid: str) -> None:
+        for key in [k for k in self._timeouts if k[0] == gid]:
+            del self._timeouts[key]
+
+    def _forget(self, gid: str) -> None:
+        self._generation.pop(gid, None)
+        self._leader.pop(gid, None)
+        self._forget_members(gid)
+
+    # ------------------------------------------------------------------ waiting
+
+    def _wake(self, gid: str) -> None:
+        for fut in self._waiters.pop(gid, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def changed(self, gid: str, timeout_s: float) -> None:
+        """Return when something happens to ``gid`` or after ``timeout_s``."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(gid, set()).add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            waiters = self._waiters.get(gid)
+            if waiters is not None:
+                waiters.discard(fut)
+                if not waiters:
+                    del self._waiters[gid]
+
+    async def wait(
+        self, gid: str, check: Callable[[dict[str, Any] | None], bool], timeout_ms: int
+    ) -> tuple[bool, dict[str, Any] | None]:
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            try:
+                view = await self.view(gid)
+            except Unavailable:
+                view = None
+            if check(view):
+                return True, view
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False, view
+            await self.changed(gid, min(left, RECHECK_S))
+
+    # ------------------------------------------------------------------ views
+
+    async def list_ids(self) -> list[tuple[str, str]]:
+        """(group id, group type) of every group the coordinator knows."""
+        result = await self.broker.groups.list_groups((), ())
+        if result.error != ErrorCode.NONE:
+            raise Unavailable(ErrorCode(result.error).name)
+        return [(g.group_id, g.group_type) for g in result.groups]
+
+    async def views(self) -> list[dict[str, Any]]:
+        out = []
+        for gid, gtype in sorted(await self.list_ids()):
+            v = await self.view(gid, gtype)
+            if v is not None:
+                out.append(v)
+        return out
+
+    async def view(self, gid: str, group_type: str | None = None) -> dict[str, Any] | None:
+        """The group's JSON shape, or None when there is no such group (or it is Dead)."""
+        runtime = self.broker.groups
+        described = (await runtime.describe([gid], 6)).groups[0]
+        if described.error == ErrorCode.GROUP_ID_NOT_FOUND or described.state == "Dead":
+            return None
+        if described.error != ErrorCode.NONE:
+            raise Unavailable(ErrorCode(described.error).name)
+        if group_type is None:
+            group_type = dict(await self.list_ids()).get(gid, "classic")
+        fetched = await runtime.fetch_offsets(OffsetFetchRequest((OffsetFetchGroupRequest(gid, None),)))
+        members = []
+        for m in described.members:
+            timeouts = self._timeouts.get((gid, m.member_id))
+            members.append(
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.group_instance_id,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "session_timeout_ms": timeouts[0] if timeouts else None,
+                    "rebalance_timeout_ms": timeouts[1] if timeouts else None,
+                    "assignment": _assignment(described.protocol_type, m.assignment),
+                }
+            )
+        offsets = []
+        for g in fetched.groups:
+            for t in g.topics:
+                for p in t.partitions:
+                    if p.error != ErrorCode.NONE or p.offset < 0:
+                        continue
+                    part = self.broker.topics.partition(t.name, p.partition)
+                    leo = part.high_watermark if part is not None else None
+                    offsets.append(
+                        {
+                            "topic": t.name,
+                            "partition": p.partition,
+                            "offset": p.offset,
+                            "metadata": p.metadata,
+                            "log_end_offset": leo,
+                            "lag": max(0, leo - p.offset) if leo is not None else None,
+                        }
+                    )
+        offsets.sort(key=lambda o: (o["topic"], o["partition"]))
+        view: dict[str, Any] = {"group_id": gid, "type": group_type, "state": described.state}
+        if group_type == "classic":
+            view["generation"] = self._generation.get(gid)
+        else:
+            view["epoch"] = self._generation.get(gid)
+        view.update(
+            {
+                "protocol_type": described.protocol_type,
+                "protocol": described.protocol_data or None,
+                "leader": self._leader.get(gid) if members else None,
+                "members": members,
+                "offsets": offsets,
+                "transitions": list(self._transitions.get(gid, ())),
+            }
+        )
+        return view
+
+
+def _assignment(protocol_type: str, data: bytes) -> list[dict[str, Any]]:
+    """A member's partitions, from its consumer-protocol assignment (empty unless Stable)."""
+    if protocol_type != "consumer" or not data:
+        return []
+    try:
+        a = decode_assignment(data)
+    except ConsumerProtocolError:
+        return []
+    return [{"topic": tp.topic, "partitions": sorted(tp.partitions)} for tp in a.partitions]

@@ -1,0 +1,167 @@
+"""Fault actions as a client sees them on the wire (raw Kafka requests against a broker process):
+hold/release with in-order answers, no-response, delay, disconnect, partial (group / topic) errors,
+acks=0."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.control_support import Control
+from tests.support import BrokerProcess, WireClient
+
+HEARTBEAT, API_VERSIONS, DESCRIBE_GROUPS, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, METADATA = 12, 18, 15, 8, 9, 0, 3
+
+
+@pytest.fixture
+def broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
+    return broker_factory(config={"num.partitions": "2"}, extra_args=["--control-port", "0"])
+
+
+def heartbeat_body(group: str = "nobody") -> dict[str, Any]:
+    return {"group_id": group, "generation_id": 1, "member_id": "m"}
+
+
+def api_versions(c: WireClient) -> int:
+    return c.send(API_VERSIONS, 3, {"client_software_name": "t", "client_software_version": "1"})
+
+
+def test_hold_parks_until_release_and_answers_stay_in_order(broker: BrokerProcess) -> None:
+    ctl = Control.of(broker)
+    fid = ctl.fault(api="Heartbeat", action="hold", count=1)
+    with WireClient(broker.host, broker.port) as held, WireClient(broker.host, broker.port) as other:
+        first = held.send(HEARTBEAT, 4, heartbeat_body())
+        second = api_versions(held)  # pipelined behind the held request
+        time.sleep(0.3)
+        # another connection is not held up
+        assert int(other.call(HEARTBEAT, 4, heartbeat_body()).error_code) == 25
+        held.sock.settimeout(0.3)
+        with pytest.raises(TimeoutError):
+            held.recv_frame()
+        assert ctl.get(f"/v1/faults/{fid}")["held"] == 1
+        released = ctl.post(f"/v1/faults/{fid}/release")
+        assert released["released"] == 1
+        held.sock.settimeout(10)
+        assert int(held.receive(HEARTBEAT, 4, first).error_code) == 25
+        assert int(held.receive(API_VERSIONS, 3, second).error_code) == 0
+    entry = next(e for e in ctl.requests(api="Heartbeat") if e["fault"] == fid)
+    assert entry["latency_ms"] >= 250
+
+
+def test_no_response_swallows_one_answer_and_later_ones_come(broker: BrokerProcess) -> None:
+    ctl = Control.of(broker)
+    fid = ctl.fault(api="Heartbeat", action="no-response")
+    with WireClient(broker.host, broker.port) as c:
+        c.send(HEARTBEAT, 4, heartbeat_body())
+        later = api_versions(c)
+        assert int(c.receive(API_VERSIONS, 3, later).error_code) == 0  # the heartbeat's answer never came
+    (entry,) = [e for e in ctl.requests(api="Heartbeat") if e["fault"] == fid]
+    assert entry["answered"] is False and entry["errors"] == ["UNKNOWN_MEMBER_ID"]  # it was processed
+
+
+def test_delay_and_disconnect(broker: BrokerProcess) -> None:
+    ctl = Control.of(broker)
+    ctl.fault(api="Heartbeat", delay_ms=400)
+    with WireClient(broker.host, broker.port) as c:
+        t = time.monotonic()
+        assert int(c.call(HEARTBEAT, 4, heartbeat_body()).error_code) == 25
+        assert time.monotonic() - t >= 0.4
+    ctl.fault(api="ApiVersions", action="disconnect", delay_ms=100)
+    with WireClient(broker.host, broker.port) as c:
+        api_versions(c)
+        assert c.is_closed_by_peer(5)
+    with WireClient(broker.host, broker.port) as c:  # a new connection is fine
+        assert int(c.receive(API_VERSIONS, 3, api_versions(c)).error_code) == 0
+
+
+def test_error_with_a_delay(broker: BrokerProcess) -> None:
+    ctl = Control.of(broker)
+    ctl.fault(api="Heartbeat", error="COORDINATOR_LOAD_IN_PROGRESS", delay_ms=300)
+    with WireClient(broker.host, broker.port) as c:
+        t = time.monotonic()
+        assert int(c.call(HEARTBEAT, 4, heartbeat_body()).error_code) == 14
+        assert time.monotonic() - t >= 0.3
+
+
+def test_group_rule_errors_only_that_group_of_a_describe(broker: BrokerProcess) -> None:
+    ctl = Control.of(broker)
+    ctl.fault(api="DescribeGroups", error="COORDINATOR_NOT_AVAILABLE", group="b")
+    with WireClient(broker.host, broker.port) as c:
+        resp = c.call(DESCRIBE_GROUPS, 5, {"groups": ["a", "b", "c"], "include_authorized_operations": False})
+    got = {g.group_id: (int(g.error_code), g.group_state) for g in resp.groups}
+    assert got == {"a": (0, "Dead"), "b": (15, ""), "c": (0, "Dead")}
+
+
+def test_topic_rule_errors_only_that_topics_partitions_and_leaves_them_unprocessed(broker: BrokerProcess) -> None:
+    ctl = Control.of(broker)
+    with WireClient(broker.host, broker.port) as c:
+        c.call(METADATA, 12, {"topics": [{"name": "x"}, {"name": "y"}], "allow_auto_topic_creation": True})
+        ctl.fault(api="OffsetCommit", error="UNKNOWN_TOPIC_OR_PARTITION", topic="x")
+        parts = [{"partition_index": p, "committed_offset": 5 + p, "committed_metadata": ""} for p in (0, 1)]
+        commit = {
+            "group_id": "g",
+            "generation_id_or_member_epoch": -1,
+            "member_id": "",
+            "topics": [{"name": "x", "partitions": parts}, {"name": "y", "partitions": parts}],
+        }
+        resp = c.call(OFFSET_COMMIT, 8, commit)
+        got = {(t.name, p.partition_index): int(p.error_code) for t in resp.topics for p in t.partitions}
+        assert got == {("x", 0): 3, ("x", 1): 3, ("y", 0): 0, ("y", 1): 0}
+        fetched = c.call(OFFSET_FETCH, 8, {"groups": [{"group_id": "g", "topics": None}], "require_stable": False})
+    committed = {
+        (t.name, p.partition_index): p.committed_offset for g in fetched.groups for t in g.topics for p in t.partitions
+    }
+    assert committed == {("y", 0): 5, ("y", 1): 6}  # x was not committed
+
+
+def test_acks_zero_produce_error_closes_the_connection(broker: BrokerProcess) -> None:
+    ctl = Control.of(broker)
+    ctl.fault(api="Produce", error="NOT_LEADER_OR_FOLLOWER")
+    with WireClient(broker.host, broker.port) as c:
+        body = {
+            "acks": 0,
+            "timeout": 1000,
+            "topic_data": [{"name": "z", "partition_data": [{"index": 0, "records": None}]}],
+        }
+        c.send(PRODUCE, 9, body)
+        assert c.is_closed_by_peer(5)
+
+
+def test_shutdown_releases_held_requests(broker: BrokerProcess) -> None:
+    ctl = Control.of(broker)
+    ctl.fault(api="Heartbeat", action="hold")
+    answers: list[int] = []
+    with WireClient(broker.host, broker.port) as c:
+        corr = c.send(HEARTBEAT, 4, heartbeat_body())
+        time.sleep(0.2)
+
+        def read() -> None:
+            try:
+                answers.append(int(c.receive(HEARTBEAT, 4, corr).error_code))
+            except (ConnectionError, OSError):
+                pass
+
+        t = threading.Thread(target=read)
+        t.start()
+        assert broker.stop() == 0  # SIGTERM: graceful
+        t.join(10)
+    # answered, not dropped: UNKNOWN_MEMBER_ID, or COORDINATOR_NOT_AVAILABLE once the coordinator unloaded
+    assert answers and answers[0] in (25, 15), answers
+
+
+def test_events_end_when_the_broker_stops(broker: BrokerProcess) -> None:
+    stream = Control.of(broker).events()
+    broker.stop()
+    stream.sock.settimeout(10)
+    data = stream.buf  # what the reader already holds past the response head
+    try:
+        while chunk := stream.sock.recv(65536):
+            data += chunk
+    except (TimeoutError, ConnectionError):
+        pass
+    assert b": rallypoint control events" in data
+    assert data.endswith(b"0\r\n\r\n"), data[-200:]  # the chunked stream was ended, not cut
