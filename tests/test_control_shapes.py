@@ -37,7 +37,7 @@ def sample(cls: type, index: int = 0) -> dict[str, Any]:
                 out[name] = [sample(nested, i) for i in range(2)]
             else:
                 out[name] = sample(nested, 0)
-        elif name in ("groups", "groups_names", "coordinator_keys"):
+        elif name in ("groups", "groups_names", "group_ids", "coordinator_keys"):
             out[name] = ["g1", "g2"]
         elif name == "topic_names":
             out[name] = ["t1", "t2"]
@@ -74,6 +74,7 @@ def expected_paths(name: str, version: int) -> list[str]:
         "OffsetCommit": ["topics.partitions"],
         "OffsetForLeaderEpoch": ["topics.partitions"],
         "DescribeGroups": ["groups"],
+        "ConsumerGroupDescribe": ["groups"],
         "DeleteGroups": ["results"],
         "CreateTopics": ["topics"],
         "DeleteTopics": ["responses"],

@@ -48,7 +48,7 @@ MIRRORS: Final[dict[str, tuple[str, ...]]] = {
     "partition_responses": ("partition_data",),  # Produce
     "partitions": ("partitions", "partition_data", "partition_indexes"),
     "topics": ("topics",),
-    "groups": ("groups",),  # DescribeGroups (ids), OffsetFetch v8+ (entries)
+    "groups": ("groups", "group_ids"),  # DescribeGroups (ids), OffsetFetch v8+ (entries), ConsumerGroupDescribe (ids)
     "results": ("groups_names", "topics"),  # DeleteGroups, CreatePartitions
     "coordinators": ("coordinator_keys",),  # FindCoordinator v4+
 }
@@ -91,7 +91,7 @@ SENTINELS: Final[dict[str, int]] = {
 TOP_COPIED: Final = ("session_id",)
 
 # request lists whose items are group ids (FindCoordinator's keys only for key_type 0)
-_GROUP_LISTS: Final = frozenset({"groups", "groups_names", "coordinator_keys"})
+_GROUP_LISTS: Final = frozenset({"groups", "groups_names", "group_ids", "coordinator_keys"})
 _TOPIC_LISTS: Final = frozenset({"topic_names"})
 # request arrays that name topics but are not answered per entry
 _NOT_MIRRORED: Final = frozenset({"forgotten_topics_data"})
@@ -185,7 +185,7 @@ def groups_named(api_key: int, request: Any) -> tuple[str | None, tuple[str, ...
         if isinstance(key, str):
             top = key
     listed: list[str] = []
-    for name in ("groups", "groups_names", "coordinator_keys"):
+    for name in ("groups", "groups_names", "group_ids", "coordinator_keys"):
         items = getattr(request, name, None)
         if not isinstance(items, tuple):
             continue
