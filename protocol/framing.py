@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Final
 
 SIZE = struct.Struct(">i")
 _HDR = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
-
-# Kafka's socket.request.max.bytes default.
-DEFAULT_MAX_REQUEST_BYTES: Final = 104857600
 
 
 class FrameError(ValueError):

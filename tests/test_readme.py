@@ -1,16 +1,16 @@
 """The README's tables are the code's tables: API versions and configuration keys.
 
-When one of these fails, the message prints the table as the code has it; paste it between
-the markers in README.md.
+The config table is generated: ``make readme`` rewrites it from coordinator/config.py.  When the
+API table check fails, its message prints the table as the code has it; paste it between the
+markers in README.md.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from typing import Any
 
-from rallypoint.config import SETTINGS
+from rallypoint.config import SETTINGS, markdown_table
 from rallypoint.handlers import MODULES
 from rallypoint.protocol import codec
 from rallypoint.protocol.apis import SERVED_APIS
@@ -51,25 +51,14 @@ def test_api_table_matches_served_apis() -> None:
     assert table_rows("api-table") == expected, "README api-table should be:\n" + _render(expected)
 
 
-def render_default(value: Any) -> str:
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    return f"`{value}`"
-
-
-def test_config_table_matches_settings() -> None:
-    rows = table_rows("config-table")
-    keys = [row[0].strip("`") for row in rows]
-    assert keys == list(SETTINGS), "README config-table keys, in SETTINGS order, should be:\n" + "\n".join(SETTINGS)
-    for row in rows:
-        key, default = row[0].strip("`"), row[1]
-        setting = SETTINGS[key]
-        if setting.default is None:
-            # "no default of its own": empty, or a parenthesised note of what is used instead
-            assert default == "" or re.fullmatch(r"\(.+\)", default), f"{key}: {default!r}"
-        else:
-            assert default == render_default(setting.default), f"{key}: README says {default}"
-        assert len(row) == 3 and row[2], f"{key}: the meaning column is empty"
+def test_config_table_is_generated_from_settings() -> None:
+    """The config table is rendered from the settings table (``make readme`` rewrites it)."""
+    match = re.search(r"<!-- config-table:start -->\n(.*?)<!-- config-table:end -->", README, re.S)
+    assert match, "README.md has no config-table markers"
+    assert match.group(1) == markdown_table(), "README config-table is stale: run `make readme`"
+    keys = [row[0].strip("`") for row in table_rows("config-table")]
+    assert keys == list(SETTINGS)
+    assert all(s.doc for s in SETTINGS.values()), "every setting says what it means"
 
 
 def test_handler_modules_and_served_apis_agree() -> None:

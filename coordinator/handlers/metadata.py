@@ -6,6 +6,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..topics import Topic, TopicError
 from ..topics.store import validate_topic_name
 
@@ -15,7 +16,7 @@ API_KEY = 3
 _AUTHZ_OPS_UNSET = -2147483648
 
 
-def topic_entry(ctx: Any, topic: Topic) -> dict[str, Any]:
+def topic_entry(ctx: RequestContext, topic: Topic) -> dict[str, Any]:
     node = ctx.broker.node_id
     return {
         "error_code": ErrorCode.NONE,
@@ -45,7 +46,7 @@ def _error_entry(name: str | None, code: ErrorCode, topic_id: Any = None) -> dic
     return entry
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     version = ctx.api_version
     store = broker.topics

@@ -23,7 +23,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
-from ..broker import CloseConnection
+from ..broker import CloseConnection, RequestContext
 from ..logger import get as get_logger
 from ..topics.records import TRANSACTIONAL_MASK, BatchError, split_batches, validate_produce_records
 
@@ -60,7 +60,7 @@ def _has_transactional_records(request: Any) -> bool:
     return False
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any] | None:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
     broker = ctx.broker
     store = broker.topics
     version = ctx.api_version

@@ -24,6 +24,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..config import default
 from ..logger import get as get_logger
 from . import configs as topic_configs
 from .errors import TopicError
@@ -43,7 +44,6 @@ METADATA_TOPIC = "__cluster_metadata"
 STATE_FILE = "topics.json"
 FLUSH_INTERVAL_S = 1.0
 PRODUCER_ID_BLOCK = 1000
-DEFAULT_MAX_MESSAGE_BYTES = 1048588
 
 
 def validate_topic_name(name: str) -> None:
@@ -91,12 +91,12 @@ class Topic:
 class TopicStore:
     def __init__(
         self,
-        default_partitions: int = 1,
-        auto_create: bool = True,
+        default_partitions: int = default("num.partitions"),
+        auto_create: bool = default("auto.create.topics.enable"),
         *,
         data_dir: Path | None = None,
-        retention_bytes: int = -1,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        retention_bytes: int = default("log.retention.bytes"),
+        max_message_bytes: int = default("message.max.bytes"),
     ) -> None:
         self.default_partitions = default_partitions
         self.auto_create = auto_create
