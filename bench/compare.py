@@ -54,12 +54,17 @@ def first_assignment_seconds(ep: Endpoint) -> float:
 
 
 def _ensure_topic(ep: Endpoint, topic: str, partitions: int = 1) -> None:
-    """Create a topic through a Metadata request with auto-creation (both brokers support it)."""
-    from tests.support import WireClient
+    """Create a topic through Metadata requests with auto-creation (both brokers support it),
+    until one answers it without error (a broker may first answer LEADER_NOT_AVAILABLE)."""
+    from tests.support import WireClient, wait_until
 
     with WireClient(ep.host, ep.port) as c:
-        c.call(3, 4, {"topics": [{"name": topic}], "allow_auto_topic_creation": True})
-        time.sleep(0.2)
+
+        def created() -> bool:
+            md = c.call(3, 4, {"topics": [{"name": topic}], "allow_auto_topic_creation": True})
+            return all(int(t.error_code) == 0 and len(t.partitions) > 0 for t in md.topics)
+
+        wait_until(created, 10, f"topic {topic} on {ep.name}")
 
 
 def produce_consume_msgs_per_s(ep: Endpoint, n: int, size: int = 100) -> float:

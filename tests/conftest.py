@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ROOT, BrokerProcess
-
-JS_DIR = ROOT / "tests" / "js"
+from tests.support import JS_DIR, BrokerProcess
 
 
 @pytest.fixture
@@ -75,3 +73,25 @@ def node_js() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+# ------------------------------------------------------------------------------ test groups
+
+# Every test belongs to one of these groups (pyproject.toml lists the markers; `make check` runs
+# unit and wire tests that are not also clients/spark/docker/slow).
+GROUPS = ("unit", "wire", "clients", "spark", "docker")
+_ungrouped: list[str] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    ungrouped = {item.nodeid.split("::")[0] for item in items if not any(item.get_closest_marker(g) for g in GROUPS)}
+    _ungrouped[:] = sorted(ungrouped)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _ungrouped:
+        terminalreporter.write_line(
+            "tests without a group marker (they run in `make test` only, never in `make check`); "
+            f"give each file a pytestmark of {', '.join(GROUPS)}: {', '.join(_ungrouped)}",
+            yellow=True,
+        )

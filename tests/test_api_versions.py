@@ -15,6 +15,8 @@ from rallypoint.protocol.errors import ErrorCode
 
 from tests.support import BrokerProcess, FrameProxy, WireClient
 
+pytestmark = pytest.mark.wire
+
 WAIT = 10.0
 
 
@@ -69,6 +71,7 @@ def test_v99_over_a_raw_socket(broker: BrokerProcess) -> None:
     assert [(k.api_key, k.min_version, k.max_version) for k in resp.api_keys] == [(18, 0, 4)]
 
 
+@pytest.mark.clients
 def test_kafka_python_falls_back_after_unsupported_version(broker: BrokerProcess) -> None:
     """kafka-python sends its highest ApiVersions; a proxy turns the first one into v99, so the
     client gets our v0 UNSUPPORTED_VERSION answer, must retry with our advertised maximum and

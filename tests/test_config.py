@@ -21,6 +21,8 @@ from rallypoint.topics import TopicStore
 
 from tests.support import ROOT, BrokerProcess, WireClient
 
+pytestmark = pytest.mark.wire
+
 # ------------------------------------------------------------------------------ in-process
 
 
@@ -126,7 +128,7 @@ def test_bad_settings_raise_config_error(overrides: dict[str, str], env: dict[st
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
+    full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "rallypoint", "--port", "0", "--log-format", "json", *args],
         capture_output=True,

@@ -22,6 +22,8 @@ from rallypoint.protocol.errors import ErrorCode as E
 
 from tests.support import BrokerProcess, WireClient
 
+pytestmark = pytest.mark.wire
+
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_TOPICS, INIT_PID, OFFSET_FOR_EPOCH, CREATE_PARTITIONS = 19, 20, 22, 23, 37
 

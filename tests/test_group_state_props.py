@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from rallypoint.groups.events import JoinResult
@@ -22,6 +23,8 @@ from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import GroupMetadataKey, GroupMetadataValue
 
 from tests.group_harness import Harness, meta_for
+
+pytestmark = pytest.mark.unit
 
 E = ErrorCode
 S = GroupState

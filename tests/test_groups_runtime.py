@@ -37,6 +37,8 @@ from rallypoint.protocol.offsets_schema import (
 )
 from rallypoint.storage.errors import PersistError
 
+pytestmark = pytest.mark.unit
+
 E = ErrorCode
 META = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
 

@@ -11,6 +11,7 @@ import struct
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rallypoint.protocol.offsets_schema import (
@@ -26,6 +27,8 @@ from rallypoint.storage.cleaner import clean_partition
 from rallypoint.storage.loader import rebuild
 from rallypoint.storage.recovery import replay_partition
 from rallypoint.storage.segments import recover_partition, segment_name
+
+pytestmark = pytest.mark.unit
 
 RETENTION = 1000
 GROUPS = ("a", "b", "c")

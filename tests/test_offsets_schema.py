@@ -30,6 +30,8 @@ from rallypoint.protocol.offsets_schema import (
     record_version,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def s16(s: str) -> bytes:
     raw = s.encode()

@@ -19,6 +19,8 @@ from rallypoint.protocol import records as rec
 from rallypoint.storage.recovery import replay_partition
 from rallypoint.storage.segments import CorruptLogError
 
+pytestmark = pytest.mark.unit
+
 
 def rows(seg: decode.SegmentFile) -> list[dict[str, object]]:
     """Decoded rows in log order, the segment row last (batches come per kind of row)."""

@@ -10,12 +10,15 @@ from __future__ import annotations
 import importlib
 import re
 
+import pytest
 from rallypoint.config import SETTINGS, markdown_table
 from rallypoint.handlers import MODULES
 from rallypoint.protocol import codec
 from rallypoint.protocol.apis import SERVED_APIS
 
 from tests.support import ROOT
+
+pytestmark = pytest.mark.unit
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 

@@ -31,6 +31,8 @@ from rallypoint.protocol.records import (
     write_varint,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def _their_batches(buf: bytes, lib: object) -> list[list[tuple[int, int, bytes | None, bytes | None, list]]]:
     mr = lib.MemoryRecords(buf)  # type: ignore[attr-defined]

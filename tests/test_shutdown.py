@@ -21,6 +21,8 @@ from rallypoint.protocol import codec
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.server import Server
 
+pytestmark = pytest.mark.unit
+
 WAIT = 5.0  # bound on every wait in this file
 
 

@@ -19,6 +19,8 @@ from rallypoint.topics.fetcher import ReadSpec, fetch, read_all
 from rallypoint.topics.partition import OffsetOutOfRange, PartitionLog
 from rallypoint.topics.records import BatchError, record_timestamps, split_batches, validate_produce_records
 
+pytestmark = pytest.mark.unit
+
 MAX = 1048588
 
 
