@@ -541,6 +541,7 @@ def test_retention_trims_oldest_batches(broker_factory: Callable[..., BrokerProc
         assert list_offset(c, "ret2", -2)["offset"] == 0
 
 
+@pytest.mark.slow
 def test_restart_keeps_topics_and_offsets(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
     b = broker_factory(data_dir=tmp_path / "restart")
     with WireClient(b.host, b.port) as c:

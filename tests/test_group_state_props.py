@@ -111,6 +111,7 @@ def check_invariants(x: Harness, generations: dict[int, int]) -> None:
     versions=st.lists(st.sampled_from([3, 5, 7, 9]), min_size=CLIENTS, max_size=CLIENTS),
     delay=st.sampled_from([0, 3000]),
 )
+@pytest.mark.slow
 def test_random_client_behaviour_keeps_the_invariants(
     ops: list[tuple[str, int, int]], statics: list[bool], versions: list[int], delay: int
 ) -> None:

@@ -25,6 +25,7 @@ def _has_offsets_log(tmp: Path) -> bool:
     return build_broker(config.load({"data.dir": str(tmp)}, env={})).offsets_log is not None
 
 
+@pytest.mark.slow
 def test_committed_offsets_and_group_state_survive_a_restart(
     broker_factory: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:

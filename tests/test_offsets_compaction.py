@@ -158,12 +158,14 @@ def _run(ops: list[tuple]) -> None:  # type: ignore[type-arg]
         logs.check()
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(plain_ops, max_size=60))
 def test_compacted_state_equals_uncompacted_state(ops: list[tuple]) -> None:  # type: ignore[type-arg]
     _run(ops)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(all_ops, max_size=60))
 def test_compacted_state_equals_uncompacted_state_with_transactions(ops: list[tuple]) -> None:  # type: ignore[type-arg]

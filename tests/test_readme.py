@@ -74,3 +74,12 @@ def test_handler_modules_and_served_apis_agree() -> None:
         lo, hi = codec.codec_versions(key) or (None, None)
         assert lo is not None and hi is not None
         assert lo <= SERVED_APIS[key].min_version <= SERVED_APIS[key].max_version <= hi, "beyond the codec"
+
+
+def test_layout_names_only_paths_that_exist() -> None:
+    layout = README.split("## Layout", 1)[1]
+    paths = set(re.findall(r"`((?:coordinator|protocol|pipeline|tests|bench|scripts|docs)/[\w./-]*)`", layout))
+    assert paths, "the Layout section names no paths"
+    assert sorted(p for p in paths if not (ROOT / p).exists()) == []
+    for module in re.findall(r"`(\w+\.py)`", layout):  # bare module names live in one of the folders
+        assert any((ROOT / d / module).exists() for d in ("coordinator", "protocol", "pipeline", "tests")), module
