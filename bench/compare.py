@@ -10,6 +10,8 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any
 
 from bench.common import Endpoint, describe, mock_peer, rallypoint, repeat
@@ -131,10 +133,11 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     for name, unit, fn, higher, rp_config in MEASUREMENTS:
         per_broker: dict[str, dict[str, float]] = {}
         failures: list[str] = []
-        for starter in (lambda cfg=rp_config: rallypoint(cfg), mock_peer):
+        starters: list[Callable[[], AbstractContextManager[Endpoint]]] = [partial(rallypoint, rp_config), mock_peer]
+        for starter in starters:
             try:
-                with starter() as ep:  # type: ignore[operator]
-                    per_broker[ep.name] = repeat(lambda ep=ep, fn=fn: fn(ep, quick), runs)
+                with starter() as ep:
+                    per_broker[ep.name] = repeat(partial(fn, ep, quick), runs)
             except Exception as e:  # one broker failing a measurement must not hide the others
                 failures.append(f"{name}: {type(e).__name__}: {e}")
                 print(f"{name}: FAILED: {e}", flush=True)

@@ -50,7 +50,7 @@ def run_kafka_python(a: argparse.Namespace) -> None:
 
     assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
 
-    class Listener(ConsumerRebalanceListener):
+    class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         def on_partitions_revoked(self, revoked: Any) -> None:
             emit("revoke", partitions=tps(revoked))
 
