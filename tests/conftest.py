@@ -6,8 +6,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.support import JS_DIR, BrokerProcess
+
+# Property tests are judged on what they find, not on how fast one example runs: on a shared
+# 2-core machine (and with `make check`'s parallel workers) Hypothesis' default 200 ms deadline
+# fails tests for the machine's load.  Tests that set their own deadline keep it.
+settings.register_profile("rallypoint", deadline=None)
+settings.load_profile("rallypoint")
 
 
 @pytest.fixture

@@ -580,7 +580,7 @@ def test_shutdown_releases_parked_fetch(broker_factory: Callable[..., BrokerProc
         b.proc.terminate()
         start = time.monotonic()
         resp = codec.to_dict(c.receive(FETCH, 12, corr))  # answered, not left hanging for 30 s
-        assert time.monotonic() - start < 3
+        assert time.monotonic() - start < 10  # far below max_wait (30 s), with room for a loaded machine
         assert resp["responses"][0]["partitions"][0]["error_code"] == 0
     assert b.stop() == 0
     assert b.events("stopped")
