@@ -51,6 +51,16 @@ def broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
     return broker_factory()
 
 
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One default broker for a whole test module: for tests that leave nothing behind that
+    another test could see (stateless requests, or names of their own)."""
+    b = BrokerProcess(data_dir=tmp_path_factory.mktemp("shared"), config={"group.initial.rebalance.delay.ms": "0"})
+    b.start()
+    yield b
+    b.kill()
+
+
 def _need(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:
