@@ -1,15 +1,36 @@
-.PHONY: run test bench lint
+.PHONY: run setup check test bench readme lint
 
 # Install and run the broker on 127.0.0.1:9092 (pass flags with ARGS="--port 9093 ...").
 run:
 	scripts/run $(ARGS)
 
-# Install everything (real clients included) and run the whole test suite.
+# Install everything the tests use (real clients included) into .venv; cheap when done already.
+setup:
+	scripts/setup --test
+
+# The fast inner loop, under a minute: ruff, format check, mypy (strict), and the unit and
+# raw-wire tests in two parallel workers (the marker expression is in scripts/check; override
+# with CHECK_MARKERS=..., CHECK_WORKERS=N); ARGS go to pytest.
+check:
+	scripts/check $(ARGS)
+
+# Install everything and run the whole test suite (what CI runs: .ci/run); ARGS go to pytest.
 test:
 	scripts/test $(ARGS)
 
+# Run every benchmark and rewrite docs/BENCHMARKS.md (ARGS="--quick", ARGS="--only startup ...").
+bench: setup
+	.venv/bin/python -m bench $(ARGS)
+
+# Regenerate the README's config table from the settings table (coordinator/config.py).
+readme:
+	scripts/update-readme
+
 lint:
-	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy protocol coordinator/groups
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && scripts/typecheck
+
+# Suites with their own targets (fuzzing, crash safety, ...) mark their tests with a marker
+# of their own (registered in pyproject.toml) and stay out of make check's marker expression.
 
 # Crash safety, long run: >= 50 SIGKILLs during a commit storm of real clients (docs/reliability.md,
 # "Crash safety"). CRASH_KILLS=N sets the count, RALLYPOINT_CRASH_SEED=S replays a run; the figures

@@ -22,7 +22,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, fmt
+from bench.common import fmt
+from tests.support import ROOT
 
 # Each section's latest rows, so the document can be re-rendered after re-running one section.
 RESULTS = ROOT / "bench" / "results"

@@ -1,15 +1,18 @@
 """Shared benchmark plumbing: start brokers (rallypoint or the librdkafka mock peer),
-repeat measurements, summarise them."""
+repeat measurements, summarise them.
+
+Benchmarks import the repository's test support (``tests.support``: broker launcher, wire
+client, topic helpers, bounded waits) and nothing else from tests/.  Run them from the
+repository root (``python -m bench``, ``make bench``), where ``tests`` and ``bench`` import.
+"""
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT, BrokerProcess
 
 
 @dataclass
@@ -32,52 +35,14 @@ class Endpoint:
         return f"{self.host}:{self.port}"
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 @contextmanager
 def rallypoint(config: dict[str, str] | None = None, data_dir: str | None = None) -> Iterator[Endpoint]:
-    """A rallypoint broker process on 127.0.0.1 and a free port (killed on exit)."""
-    tmp = tempfile.TemporaryDirectory(prefix="rp-bench-") if data_dir is None else None
-    ddir = data_dir or (tmp.name if tmp else "")
-    cfg = {"group.initial.rebalance.delay.ms": "0", **(config or {})}
-    cmd = [sys.executable, "-m", "rallypoint", "--port", "0", "--data-dir", ddir, "--log-format", "json"]
-    for k, v in cfg.items():
-        cmd += ["--config", f"{k}={v}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT)
-    port: list[int] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            if not ready.is_set():
-                try:
-                    ev = json.loads(raw)
-                except ValueError:
-                    continue
-                if ev.get("event") == "listening":
-                    port.append(int(ev["port"]))
-                    ready.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    try:
-        if not ready.wait(30):
-            raise RuntimeError("rallypoint did not start")
-        yield Endpoint("rallypoint", "127.0.0.1", port[0], proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if tmp is not None:
-            tmp.cleanup()
+    """A rallypoint broker process on 127.0.0.1 and a free port (tests.support.BrokerProcess),
+    stopped on exit; its data directory is a fresh temporary one unless ``data_dir`` is given."""
+    with tempfile.TemporaryDirectory(prefix="rp-bench-") as tmp:
+        cfg = {"group.initial.rebalance.delay.ms": "0", **(config or {})}
+        with BrokerProcess(data_dir=Path(data_dir or tmp), config=cfg).start() as broker:
+            yield Endpoint("rallypoint", broker.host, broker.port, broker.pid)
 
 
 @contextmanager
@@ -88,7 +53,7 @@ def mock_peer() -> Iterator[Endpoint]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env=_env(),
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
         text=True,
     )
     try:

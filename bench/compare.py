@@ -10,6 +10,8 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any
 
 from bench.common import Endpoint, describe, mock_peer, rallypoint, repeat
@@ -54,12 +56,17 @@ def first_assignment_seconds(ep: Endpoint) -> float:
 
 
 def _ensure_topic(ep: Endpoint, topic: str, partitions: int = 1) -> None:
-    """Create a topic through a Metadata request with auto-creation (both brokers support it)."""
-    from tests.support import WireClient
+    """Create a topic through Metadata requests with auto-creation (both brokers support it),
+    until one answers it without error (a broker may first answer LEADER_NOT_AVAILABLE)."""
+    from tests.support import WireClient, wait_until
 
     with WireClient(ep.host, ep.port) as c:
-        c.call(3, 4, {"topics": [{"name": topic}], "allow_auto_topic_creation": True})
-        time.sleep(0.2)
+
+        def created() -> bool:
+            md = c.call(3, 4, {"topics": [{"name": topic}], "allow_auto_topic_creation": True})
+            return all(int(t.error_code) == 0 and len(t.partitions) > 0 for t in md.topics)
+
+        wait_until(created, 10, f"topic {topic} on {ep.name}")
 
 
 def produce_consume_msgs_per_s(ep: Endpoint, n: int, size: int = 100) -> float:
@@ -126,10 +133,11 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     for name, unit, fn, higher, rp_config in MEASUREMENTS:
         per_broker: dict[str, dict[str, float]] = {}
         failures: list[str] = []
-        for starter in (lambda cfg=rp_config: rallypoint(cfg), mock_peer):
+        starters: list[Callable[[], AbstractContextManager[Endpoint]]] = [partial(rallypoint, rp_config), mock_peer]
+        for starter in starters:
             try:
-                with starter() as ep:  # type: ignore[operator]
-                    per_broker[ep.name] = repeat(lambda ep=ep, fn=fn: fn(ep, quick), runs)
+                with starter() as ep:
+                    per_broker[ep.name] = repeat(partial(fn, ep, quick), runs)
             except Exception as e:  # one broker failing a measurement must not hide the others
                 failures.append(f"{name}: {type(e).__name__}: {e}")
                 print(f"{name}: FAILED: {e}", flush=True)

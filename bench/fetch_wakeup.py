@@ -1,6 +1,6 @@
 """Latency from a produce being acknowledged to a parked long-poll fetch returning the data.
 
-    .venv/bin/python bench/fetch_wakeup.py [--rounds 300]
+    python -m bench.fetch_wakeup [--rounds 300]
 
 A consumer connection parks a Fetch (max_wait 5 s, min_bytes 1) at the log end; a producer
 connection then produces one small batch with acks=1.  Measured per round: produce send → ack,
@@ -12,18 +12,16 @@ from __future__ import annotations
 import argparse
 import select
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from rallypoint.protocol import codec
 
-from tests.support import BrokerProcess, WireClient
+from bench.common import summarize
+from tests.support import BrokerProcess, WireClient, create_topic
 
 
 def batch() -> bytes:
@@ -41,13 +39,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=300)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = BrokerProcess(data_dir=Path(tmp), config={})
-        broker.start()
-        try:
-            measure(broker, args.rounds)
-        finally:
-            broker.stop()
+    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(data_dir=Path(tmp), config={}).start() as broker:
+        measure(broker, args.rounds)
 
 
 def measure(broker: BrokerProcess, rounds: int) -> tuple[list[float], list[float]]:
@@ -56,17 +49,7 @@ def measure(broker: BrokerProcess, rounds: int) -> tuple[list[float], list[float
     acks: list[float] = []
     wakeups: list[float] = []
     with WireClient(broker.host, broker.port) as prod, WireClient(broker.host, broker.port) as cons:
-        prod.call(
-            19,
-            7,
-            {
-                "topics": [
-                    {"name": "wake", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
-                ],
-                "timeout": 5000,
-                "validate_only": False,
-            },
-        )
+        create_topic(prod, "wake")
         for offset in range(rounds + 1):
             fetch = {
                 "max_wait": 5000,
@@ -111,16 +94,9 @@ def measure(broker: BrokerProcess, rounds: int) -> tuple[list[float], list[float
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Entry point for ``python -m bench``."""
-    from bench.common import summarize
-
     rounds = 100 if quick else 300
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = BrokerProcess(data_dir=Path(tmp), config={})
-        broker.start()
-        try:
-            acks, wakeups = measure(broker, rounds)
-        finally:
-            broker.stop()
+    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(data_dir=Path(tmp), config={}).start() as broker:
+        acks, wakeups = measure(broker, rounds)
     return [
         {
             "name": "produce (acks=1) → ack",

@@ -129,21 +129,12 @@ async def _e2e(host: str, port: int, connections: int, seconds: float, same_part
 
 def end_to_end(connections: int, seconds: float, same_partition: bool) -> float:
     """Durable OffsetCommit requests/s through a broker process (flush=always)."""
-    from rallypoint.protocol import codec
-
     from bench.common import rallypoint
-    from tests.support import WireClient
+    from tests.support import WireClient, create_topic
 
     with rallypoint({"rallypoint.offsets.flush": "always"}) as ep:
         with WireClient(ep.host, ep.port) as c:
-            body = {
-                "topics": [
-                    {"name": "e2e", "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []}
-                ],
-                "timeout": 5000,
-                "validate_only": False,
-            }
-            assert codec.to_dict(c.call(19, 7, body))["topics"][0]["error_code"] == 0
+            create_topic(c, "e2e")
         return asyncio.run(_e2e(ep.host, ep.port, connections, seconds, same_partition))
 
 

@@ -1,6 +1,6 @@
 """Throughput: confluent-kafka produces N messages to a fresh broker, then consumes them (assign mode).
 
-    .venv/bin/python bench/produce_consume.py [--messages 200000] [--size 100] [--partitions 4]
+    python -m bench.produce_consume [--messages 200000] [--size 100] [--partitions 4]
                                               [--compression none] [--acks all]
 
 Starts its own broker process (127.0.0.1, free port, temp data dir) and prints msgs/s and MB/s.
@@ -9,17 +9,20 @@ Starts its own broker process (127.0.0.1, free port, temp data dir) and prints m
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from tests.support import BrokerProcess, WireClient
+from bench.common import summarize
+from tests.support import BrokerProcess, create_topic
+
+
+def unbounded_broker(data_dir: Path) -> BrokerProcess:
+    """A started broker that keeps every produced byte (no per-partition retention bound)."""
+    return BrokerProcess(data_dir=data_dir, config={"log.retention.bytes": "-1"}).start()
 
 
 def main() -> None:
@@ -31,33 +34,14 @@ def main() -> None:
     ap.add_argument("--acks", default="all")
     args = ap.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = BrokerProcess(data_dir=Path(tmp), config={"log.retention.bytes": "-1"})
-        broker.start()
-        try:
-            measure(broker, args)
-        finally:
-            broker.stop()
+    with tempfile.TemporaryDirectory() as tmp, unbounded_broker(Path(tmp)) as broker:
+        measure(broker, args)
 
 
 def measure(broker: BrokerProcess, args: argparse.Namespace) -> tuple[float, float]:
     """(produce msgs/s, consume msgs/s)."""
     topic = "bench"
-    with WireClient(broker.host, broker.port) as c:
-        body = {
-            "topics": [
-                {
-                    "name": topic,
-                    "num_partitions": args.partitions,
-                    "replication_factor": 1,
-                    "assignments": [],
-                    "configs": [],
-                }
-            ],
-            "timeout": 5000,
-            "validate_only": False,
-        }
-        c.call(19, 7, body)
+    create_topic(broker, topic, args.partitions)
     payload = b"x" * args.size
     p = Producer(
         {
@@ -114,8 +98,6 @@ def measure(broker: BrokerProcess, args: argparse.Namespace) -> tuple[float, flo
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Entry point for ``python -m bench``."""
-    from bench.common import summarize
-
     rows = []
     for compression in ("none", "zstd"):
         args = argparse.Namespace(
@@ -123,13 +105,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         )
         prod, cons = [], []
         for _ in range(2 if quick else 3):
-            with tempfile.TemporaryDirectory() as tmp:
-                broker = BrokerProcess(data_dir=Path(tmp), config={"log.retention.bytes": "-1"})
-                broker.start()
-                try:
-                    p, c = measure(broker, args)
-                finally:
-                    broker.stop()
+            with tempfile.TemporaryDirectory() as tmp, unbounded_broker(Path(tmp)) as broker:
+                p, c = measure(broker, args)
             prod.append(p)
             cons.append(c)
         label = f"{args.messages:,} × {args.size} B, 4 partitions, acks=all, compression {compression}"

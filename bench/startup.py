@@ -1,11 +1,11 @@
-#!/usr/bin/env python3
 """Start-up time: process start → first ApiVersions answer, over N fresh broker processes.
 
-    python bench/startup.py [--runs 15] [--json]
+    python -m bench.startup [--runs 15] [--json]
 
-Each run starts ``python -m rallypoint --port 0`` on a fresh data directory, reads the port
-from its JSON ``listening`` log line, then connects and sends ApiVersions until one is
-answered.  It also times SIGTERM → exit.  Prints median, min, p90 and max in milliseconds.
+Each run starts ``python -m rallypoint --port 0`` on a fresh data directory (the test support's
+BrokerProcess), reads the port from its JSON ``listening`` log line, then connects and sends
+ApiVersions until one is answered.  It also times SIGTERM → exit.  Prints median, min, p90 and
+max in milliseconds.
 """
 
 from __future__ import annotations
@@ -13,96 +13,46 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
 import signal
-import socket
 import statistics
-import struct
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from rallypoint.protocol import codec  # noqa: E402  (after the path set-up, so the checkout's code is used)
+from tests.support import BrokerProcess, WireClient, wait_until
 
 DEADLINE_S = 30.0
 
 
 def _api_versions_answered(port: int) -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
-            s.settimeout(1.0)
-            s.sendall(codec.encode_request(18, 3, 1, {"client_software_name": "bench", "client_software_version": "1"}))
-            head = _recv(s, 4)
-            body = _recv(s, struct.unpack(">i", head)[0])
-        corr, resp = codec.decode_response_frame(18, 3, body)
-        return corr == 1 and int(resp.error_code) == 0
+        with WireClient("127.0.0.1", port, timeout=1.0, client_id=None) as c:
+            resp = c.call(18, 3, {"client_software_name": "bench", "client_software_version": "1"})
+        return int(resp.error_code) == 0
     except (OSError, ValueError):
         return False
 
 
-def _recv(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise OSError("closed")
-        buf += chunk
-    return bytes(buf)
-
-
 def one_run(data_dir: str) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    cmd = [sys.executable, "-m", "rallypoint", "--port", "0", "--data-dir", data_dir, "--log-format", "json"]
+    broker = BrokerProcess(data_dir=Path(data_dir), config={}, start_timeout_s=DEADLINE_S)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    lines: queue.Queue[str] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            lines.put(raw.decode(errors="replace"))
-
-    threading.Thread(target=pump, daemon=True).start()
     try:
-        port = None
-        deadline = t0 + DEADLINE_S
-        while port is None:
-            try:
-                line = lines.get(timeout=max(0.0, deadline - time.perf_counter()))
-            except queue.Empty:
-                raise RuntimeError("no 'listening' line within the deadline") from None
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == "listening":
-                port = int(event["port"])
+        broker.start()  # returns when the broker's `listening` line is read
         t_listening = time.perf_counter()
-        while not _api_versions_answered(port):
-            if time.perf_counter() > deadline or proc.poll() is not None:
-                raise RuntimeError("ApiVersions never answered")
-            time.sleep(0.001)
+        wait_until(lambda: _api_versions_answered(broker.port), DEADLINE_S, "an ApiVersions answer", step=0.001)
         t_answer = time.perf_counter()
-        proc.send_signal(signal.SIGTERM)
-        rc = proc.wait(DEADLINE_S)
+        rc = broker.stop(signal.SIGTERM, timeout=DEADLINE_S)
         t_exit = time.perf_counter()
-        if rc != 0:
-            raise RuntimeError(f"exit code {rc} after SIGTERM")
-        return {
-            "first_answer_ms": (t_answer - t0) * 1000,
-            "listening_line_ms": (t_listening - t0) * 1000,
-            "sigterm_to_exit_ms": (t_exit - t_answer) * 1000,
-        }
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
+        broker.kill()
+    if rc != 0:
+        raise RuntimeError(f"exit code {rc} after SIGTERM")
+    return {
+        "first_answer_ms": (t_answer - t0) * 1000,
+        "listening_line_ms": (t_listening - t0) * 1000,
+        "sigterm_to_exit_ms": (t_exit - t_answer) * 1000,
+    }
 
 
 def summarise(values: list[float]) -> dict[str, float]:

@@ -1,30 +1,51 @@
-"""Build the broker and wire its parts together: each part gets what it needs, explicitly."""
+"""Build the broker and wire its parts together: each part gets what it needs, explicitly.
+
+    topics       TopicStore      data plane: topics, partitions, producer ids (data.dir/topics.json)
+    groups       GroupsRuntime   classic group coordinator; writes its records to offsets_log
+    offsets_log  OffsetsLog      __consumer_offsets segments; at start it replays them into groups
+
+Start order is registration order (topics, groups, offsets_log: the log's start() loads the
+groups it replays into the already started runtime); stop order is the reverse.
+"""
 
 from __future__ import annotations
 
-from .broker import Broker
-from .clock import Clock
+from .broker import Broker, data_dir
+from .clock import Clock, SystemClock
 from .config import Config
 from .groups.consumer_runtime import ConsumerGroupsRuntime
 from .groups.runtime import GroupsRuntime
 from .storage import OffsetsLog
+from .topics import TopicStore
+
+
+def build_topics(cfg: Config) -> TopicStore:
+    return TopicStore(
+        default_partitions=cfg["num.partitions"],
+        auto_create=cfg["auto.create.topics.enable"],
+        data_dir=data_dir(cfg),
+        retention_bytes=cfg["log.retention.bytes"],
+        max_message_bytes=cfg["message.max.bytes"],
+        max_partitions=cfg["rallypoint.max.broker.partitions"],
+    )
 
 
 def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
-    broker = Broker(cfg, clock)
-    groups = GroupsRuntime.from_config(cfg, broker.clock)
-    offsets_log = OffsetsLog.from_config(cfg, broker.data_dir, broker.clock, loader=groups.load)
+    clock = clock or SystemClock()
+    topics = build_topics(cfg)
+    groups = GroupsRuntime.from_config(cfg, clock)
+    offsets_log = OffsetsLog.from_config(cfg, data_dir(cfg), clock, loader=groups.load)
     groups.offsets_log = offsets_log
-    broker.groups = groups
-    broker.offsets_log = offsets_log
     # KIP-848 consumer groups: their own coordinator on the same offsets log
-    consumer_groups = ConsumerGroupsRuntime.from_config(cfg, broker.clock, broker.topics)
+    consumer_groups = ConsumerGroupsRuntime.from_config(cfg, clock, topics)
     consumer_groups.offsets_log = offsets_log
     consumer_groups.machine.classic_members = lambda gid: (
         len(g.members) if (g := groups.machine.groups.get(gid)) is not None else None
     )
     offsets_log.consumer_loader = consumer_groups.load_raw
-    broker.consumer_groups = consumer_groups
+    broker = Broker(
+        cfg, clock=clock, topics=topics, groups=groups, consumer_groups=consumer_groups, offsets_log=offsets_log
+    )
     broker.add_component(broker.topics)
     broker.add_component(groups)
     broker.add_component(consumer_groups)

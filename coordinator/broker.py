@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from .clock import Clock, SystemClock
+from .clock import Clock
 from .config import Config
 from .logger import get as get_logger
-from .topics import TopicStore
 
 if TYPE_CHECKING:
     from .groups.consumer_runtime import ConsumerGroupsRuntime
     from .groups.runtime import GroupsRuntime
     from .storage import OffsetsLog
+    from .topics import TopicStore
 
 log = get_logger("rallypoint.broker")
 
@@ -59,6 +59,10 @@ class RequestContext:
     connection_id: int
 
 
+def data_dir(config: Config) -> Path:
+    return Path(config["data.dir"])
+
+
 def _load_or_make_cluster_id(data_dir: Path, node_id: int) -> str:
     """Kafka keeps ``cluster.id`` in ``meta.properties``; so do we, so it is stable per data dir."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -80,27 +84,36 @@ def _load_or_make_cluster_id(data_dir: Path, node_id: int) -> str:
 
 
 class Broker:
-    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+    """The running broker's parts, as typed attributes; built by :func:`rallypoint.assemble.build_broker`.
+
+    ``topics`` (the in-memory data plane), ``groups`` (the classic group coordinator's runtime),
+    ``consumer_groups`` (the KIP-848 consumer-group coordinator's runtime) and ``offsets_log``
+    (the ``__consumer_offsets`` log both write to) are given to the constructor, already wired
+    to each other; the broker only holds them, knows its identity (node id, cluster id, data
+    directory) and runs the life cycle of its components.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        clock: Clock,
+        topics: TopicStore,
+        groups: GroupsRuntime,
+        consumer_groups: ConsumerGroupsRuntime,
+        offsets_log: OffsetsLog,
+    ) -> None:
         self.config = config
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
         self.node_id: int = config["node.id"]
-        self.data_dir = Path(config["data.dir"])
+        self.data_dir = data_dir(config)
         self.cluster_id = _load_or_make_cluster_id(self.data_dir, self.node_id)
-        self.topics = TopicStore(
-            default_partitions=config["num.partitions"],
-            auto_create=config["auto.create.topics.enable"],
-            data_dir=self.data_dir,
-            retention_bytes=config["log.retention.bytes"],
-            max_message_bytes=config["message.max.bytes"],
-            max_partitions=config["rallypoint.max.broker.partitions"],
-        )
-        self.bound_port: int = config["port"]
+        self.topics = topics
+        self.groups = groups
+        self.consumer_groups = consumer_groups  # KIP-848 consumer groups
+        self.offsets_log = offsets_log
+        self.bound_port: int = config["port"]  # the server sets the port it really bound
         self._components: list[Component] = []
-        # Set by rallypoint.assemble.build_broker (a bare Broker, as some unit tests build, has
-        # neither: handlers that need them are not run against it).
-        self.groups: GroupsRuntime
-        self.consumer_groups: ConsumerGroupsRuntime  # KIP-848 consumer groups
-        self.offsets_log: OffsetsLog | None = None
 
     @property
     def advertised_host(self) -> str:

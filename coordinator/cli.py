@@ -30,18 +30,32 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
+# Serve flags that are shorthands for settings: flag -> setting key.  Help texts and defaults
+# come from the settings table (coordinator/config.py), which is where every default lives.
+SETTING_FLAGS: dict[str, str] = {
+    "--host": "host",
+    "--port": "port",
+    "--data-dir": "data.dir",
+    "--advertised-host": "advertised.host",
+    "--advertised-port": "advertised.port",
+    "--control-port": "rallypoint.control.port",
+}
+
+
+def _flag_help(key: str) -> str:
+    s = config_mod.SETTINGS[key]
+    shown = s.default_doc.strip("()") if s.default is None else s.default
+    return f"{s.doc}; config {key}, default {shown}".replace("%", "%%")
+
+
 def _serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rallypoint",
         description="A Kafka-compatible test broker with a faithful consumer-group coordinator.",
         epilog="Subcommands: " + ", ".join(sorted(SUBCOMMANDS)) + " (rallypoint SUBCOMMAND --help).",
     )
-    p.add_argument("--host", help="address to bind (config host, default 127.0.0.1)")
-    p.add_argument("--port", help="port to bind (config port, default 9092; 0 = any free port)")
-    p.add_argument("--data-dir", help="data directory (config data.dir)")
-    p.add_argument("--advertised-host", help="host told to clients (config advertised.host)")
-    p.add_argument("--advertised-port", help="port told to clients (config advertised.port)")
-    p.add_argument("--control-port", help="control HTTP port (config rallypoint.control.port; 0 = any, -1 = off)")
+    for flag, key in SETTING_FLAGS.items():
+        p.add_argument(flag, dest=key, metavar=flag[2:].replace("-", "_").upper(), help=_flag_help(key))
     p.add_argument(
         "--config",
         "-c",
@@ -64,15 +78,8 @@ def parse_serve_args(argv: Sequence[str]) -> tuple[config_mod.Config, argparse.N
         if not sep or not key.strip():
             raise config_mod.ConfigError(f"--config expects KEY=VALUE, got {item!r}")
         overrides[key.strip()] = value
-    for flag, key in (
-        ("host", "host"),
-        ("port", "port"),
-        ("data_dir", "data.dir"),
-        ("advertised_host", "advertised.host"),
-        ("advertised_port", "advertised.port"),
-        ("control_port", "rallypoint.control.port"),
-    ):
-        v = getattr(args, flag)
+    for key in SETTING_FLAGS.values():
+        v = getattr(args, key)
         if v is not None:
             overrides[key] = v
     return config_mod.load(overrides), args

@@ -59,21 +59,26 @@ class Setting:
     parse: Callable[[str], Any]
     default: Any
     doc: str
+    # For a setting without a default of its own (``default`` None): what is used instead, as
+    # the README's config table shows it.
+    default_doc: str = ""
 
 
-# Every key we accept.  The README's config table lists these (a test keeps them in sync).
+# Every key we accept, with its default: the only place a default is written.  Parts built
+# without a Config (unit tests) take theirs from here through :func:`default`; the README's
+# config table is generated from it (:func:`markdown_table`, ``make readme``; a test compares).
 SETTINGS: Final[dict[str, Setting]] = {
     s.key: s
     for s in (
         Setting("host", _str, "127.0.0.1", "address to bind"),
         Setting("port", _int_range(0, 65535), 9092, "port to bind (0 = any free port)"),
-        Setting("advertised.host", _str, None, "host clients are told to connect to (default: host)"),
-        Setting("advertised.port", _int_range(0, 65535), None, "port clients are told (default: the bound port)"),
+        Setting("advertised.host", _str, None, "host clients are told to connect to", "(host)"),
+        Setting("advertised.port", _int_range(0, 65535), None, "port clients are told", "(bound port)"),
         Setting(
             "advertised.listeners",
             _str,
             None,
-            "Kafka-style PLAINTEXT://host:port; sets advertised.host/port",
+            "Kafka-style `PLAINTEXT://host:port`; sets advertised.host/port",
         ),
         Setting("data.dir", _str, "/tmp/rallypoint-data", "directory for the offsets log and metadata"),
         Setting("node.id", _int_range(0, INT32_MAX), 1, "broker id in Metadata"),
@@ -171,7 +176,7 @@ SETTINGS: Final[dict[str, Setting]] = {
             1000,
             "least time between two target assignments of a group",
         ),
-        Setting("offsets.topic.num.partitions", _int_range(1, 10000), 50, "partitions of __consumer_offsets"),
+        Setting("offsets.topic.num.partitions", _int_range(1, 10000), 50, "partitions of `__consumer_offsets`"),
         Setting("offsets.topic.segment.bytes", _int_range(1024, INT32_MAX), 104857600, "offsets log segment size"),
         Setting("offset.metadata.max.bytes", _int_range(0, INT32_MAX), 4096, "largest commit metadata"),
         Setting("offsets.retention.minutes", _int_range(1, INT32_MAX), 10080, "offset retention"),
@@ -199,6 +204,28 @@ SETTINGS: Final[dict[str, Setting]] = {
         ),
     )
 }
+
+
+def default(key: str) -> Any:
+    """The default of setting ``key`` (KeyError for an unknown key)."""
+    return SETTINGS[key].default
+
+
+def _render_default(setting: Setting) -> str:
+    value = setting.default
+    if value is None:
+        return setting.default_doc
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    return f"`{value}`"
+
+
+def markdown_table() -> str:
+    """The README's config table (between its ``config-table`` markers), rendered from SETTINGS."""
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for s in SETTINGS.values():
+        rows.append(f"| `{s.key}` | {_render_default(s)} | {s.doc} |")
+    return "\n".join(rows) + "\n"
 
 
 def env_name(key: str) -> str:

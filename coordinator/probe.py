@@ -1,7 +1,7 @@
 """``rallypoint probe``: one ApiVersions round trip; exit 0 if the broker answers, else 1.
 
-Used as the container HEALTHCHECK, so it needs nothing but the standard library and
-``protocol/``.
+Used as the container HEALTHCHECK, so it needs nothing but the standard library,
+``protocol/`` and the settings table (whose ``host`` and ``port`` defaults it probes).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ import struct
 import sys
 
 from rallypoint.protocol import codec
+
+from .config import default
 
 
 def probe(host: str, port: int, timeout: float) -> tuple[bool, str]:
@@ -47,8 +49,8 @@ def _recv_exactly(s: socket.socket, n: int) -> bytes:
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="rallypoint probe", description=__doc__.splitlines()[0])
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=9092)
+    p.add_argument("--host", default=default("host"), help="default: the broker's default host, %(default)s")
+    p.add_argument("--port", type=int, default=default("port"), help="default: %(default)s")
     p.add_argument("--timeout", type=float, default=2.0, help="seconds")
     p.add_argument("--quiet", "-q", action="store_true")
     args = p.parse_args(argv)

@@ -14,16 +14,12 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Final
 
 from . import wire
 from .wire import I16 as _I16
 from .wire import I32 as SIZE
 
 _HDR = struct.Struct(">hhi")
-
-# Kafka's socket.request.max.bytes default.
-DEFAULT_MAX_REQUEST_BYTES: Final = 104857600
 
 
 class FrameError(ValueError):

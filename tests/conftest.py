@@ -6,10 +6,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
-from tests.support import ROOT, BrokerProcess
+from tests.support import JS_DIR, BrokerProcess
 
-JS_DIR = ROOT / "tests" / "js"
+# Property tests are judged on what they find, not on how fast one example runs: on a shared
+# 2-core machine (and with `make check`'s parallel workers) Hypothesis' default 200 ms deadline
+# fails tests for the machine's load.  Tests that set their own deadline keep it.
+settings.register_profile("rallypoint", deadline=None)
+settings.load_profile("rallypoint")
 
 
 @pytest.fixture
@@ -46,6 +51,16 @@ def broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
     return broker_factory()
 
 
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One default broker for a whole test module: for tests that leave nothing behind that
+    another test could see (stateless requests, or names of their own)."""
+    b = BrokerProcess(data_dir=tmp_path_factory.mktemp("shared"), config={"group.initial.rebalance.delay.ms": "0"})
+    b.start()
+    yield b
+    b.kill()
+
+
 def _need(tool: str) -> str:
     path = shutil.which(tool)
     if path is None:
@@ -75,3 +90,25 @@ def node_js() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+# ------------------------------------------------------------------------------ test groups
+
+# Every test belongs to one of these groups (pyproject.toml lists the markers; `make check` runs
+# unit and wire tests that are not also clients/spark/docker/slow).
+GROUPS = ("unit", "wire", "clients", "spark", "docker")
+_ungrouped: list[str] = []
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    ungrouped = {item.nodeid.split("::")[0] for item in items if not any(item.get_closest_marker(g) for g in GROUPS)}
+    _ungrouped[:] = sorted(ungrouped)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _ungrouped:
+        terminalreporter.write_line(
+            "tests without a group marker (they run in `make test` only, never in `make check`); "
+            f"give each file a pytestmark of {', '.join(GROUPS)}: {', '.join(_ungrouped)}",
+            yellow=True,
+        )

@@ -15,6 +15,8 @@ from rallypoint.protocol.errors import ErrorCode
 
 from tests.support import BrokerProcess, FrameProxy, WireClient
 
+pytestmark = pytest.mark.wire
+
 WAIT = 10.0
 
 
@@ -35,8 +37,8 @@ def test_invalid_software_names(value: str) -> None:
 
 
 @pytest.mark.parametrize("version", range(SERVED_APIS[18].min_version, SERVED_APIS[18].max_version + 1))
-def test_every_version_advertises_exactly_the_served_table(broker: BrokerProcess, version: int) -> None:
-    with WireClient(broker.host, broker.port) as c:
+def test_every_version_advertises_exactly_the_served_table(shared_broker: BrokerProcess, version: int) -> None:
+    with WireClient(shared_broker.host, shared_broker.port) as c:
         resp = c.call(18, version, {"client_software_name": "t", "client_software_version": "1"})
     assert int(resp.error_code) == 0
     got = {(k.api_key, k.min_version, k.max_version) for k in resp.api_keys}
@@ -47,9 +49,9 @@ def test_every_version_advertises_exactly_the_served_table(broker: BrokerProcess
     ("name", "version"), [("bad name", "1.0"), ("ok", "-1"), ("", "1")], ids=["space", "leading-dash", "empty"]
 )
 def test_v3_invalid_software_gets_invalid_request_and_the_connection_stays(
-    broker: BrokerProcess, name: str, version: str
+    shared_broker: BrokerProcess, name: str, version: str
 ) -> None:
-    with WireClient(broker.host, broker.port) as c:
+    with WireClient(shared_broker.host, shared_broker.port) as c:
         resp = c.call(18, 3, {"client_software_name": name, "client_software_version": version})
         assert int(resp.error_code) == ErrorCode.INVALID_REQUEST
         assert resp.api_keys == ()  # Kafka's getErrorResponse carries no API list
@@ -57,8 +59,8 @@ def test_v3_invalid_software_gets_invalid_request_and_the_connection_stays(
         assert int(ok.error_code) == 0
 
 
-def test_v99_over_a_raw_socket(broker: BrokerProcess) -> None:
-    with WireClient(broker.host, broker.port) as c:
+def test_v99_over_a_raw_socket(shared_broker: BrokerProcess) -> None:
+    with WireClient(shared_broker.host, shared_broker.port) as c:
         # header v2 (ApiVersions >= 3 is flexible) and a body we cannot know: never parsed
         c.send_raw(struct.pack(">i", 15) + b"\x00\x12\x00\x63\x00\x00\x00\x2a\x00\x01x\x00\x00\xff\xff")
         frame = c.recv_frame()
@@ -69,6 +71,7 @@ def test_v99_over_a_raw_socket(broker: BrokerProcess) -> None:
     assert [(k.api_key, k.min_version, k.max_version) for k in resp.api_keys] == [(18, 0, 4)]
 
 
+@pytest.mark.clients
 def test_kafka_python_falls_back_after_unsupported_version(broker: BrokerProcess) -> None:
     """kafka-python sends its highest ApiVersions; a proxy turns the first one into v99, so the
     client gets our v0 UNSUPPORTED_VERSION answer, must retry with our advertised maximum and

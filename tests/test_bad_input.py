@@ -20,7 +20,9 @@ import pytest
 from rallypoint.protocol import codec, framing
 from rallypoint.protocol.errors import ErrorCode
 
-from tests.support import BrokerProcess, WireClient
+from tests.support import BrokerProcess, WireClient, wait_until
+
+pytestmark = pytest.mark.wire
 
 WAIT = 5.0
 GOOD_AV3 = {"client_software_name": "keeper", "client_software_version": "1.0"}
@@ -51,12 +53,11 @@ def rejections(broker: BrokerProcess) -> list[dict[str, Any]]:
 
 
 def wait_for_count(get: Callable[[], list[Any]], n: int, timeout: float = WAIT) -> list[Any]:
-    deadline = time.monotonic() + timeout
-    items = get()
-    while len(items) < n and time.monotonic() < deadline:
-        time.sleep(0.02)
+    def enough() -> list[Any] | None:
         items = get()
-    return items
+        return items if len(items) >= n else None
+
+    return wait_until(enough, timeout, f"{n} log lines", step=0.02)
 
 
 def raw_socket(broker: BrokerProcess) -> socket.socket:

@@ -1,17 +1,25 @@
-"""Benchmarks must keep running: each bench script once, with the smallest workload."""
+"""Benchmarks must keep running (each bench script once, with the smallest workload), and
+they lean on the test support package only."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from tests.support import ROOT
 
+pytestmark = pytest.mark.unit
 
+
+@pytest.mark.wire
 def test_startup_bench_runs() -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "startup.py"), "--runs", "2", "--json"],
+        [sys.executable, "-m", "bench.startup", "--runs", "2", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -23,3 +31,40 @@ def test_startup_bench_runs() -> None:
     first, listening = figures["first_answer_ms"], figures["listening_line_ms"]
     assert 0 < listening["min"] <= first["min"] <= first["median"] <= first["p90"] <= first["max"]
     assert figures["sigterm_to_exit_ms"]["max"] > 0
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _is_test_module(name: str) -> bool:
+    in_tests = name == "tests" or name.startswith("tests.")
+    return in_tests and not (name == "tests.support" or name.startswith("tests.support."))
+
+
+def test_bench_imports_only_the_test_support_package_from_tests() -> None:
+    bad = {
+        str(p.relative_to(ROOT)): sorted(m for m in _imported_modules(p) if _is_test_module(m))
+        for p in sorted((ROOT / "bench").rglob("*.py"))
+    }
+    assert not {p: ms for p, ms in bad.items() if ms}, "bench/ may import tests.support only"
+
+
+def test_no_import_path_hacks_in_tests_or_bench() -> None:
+    """The editable install provides ``rallypoint``; the repository root is the working directory."""
+    hacks = []
+    for folder in ("tests", "bench"):
+        for p in sorted((ROOT / folder).rglob("*.py")):
+            if "node_modules" in p.parts:
+                continue
+            text = p.read_text(encoding="utf-8")
+            if "sys.path.insert" in text or '"PYTHONPATH"' in text or "PYTHONPATH=" in text:
+                hacks.append(str(p.relative_to(ROOT)))
+    hacks.remove("tests/test_bench.py")  # this test names them
+    assert not hacks, hacks

@@ -6,7 +6,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import ROOT
+
+pytestmark = pytest.mark.slow
 
 
 def test_consumer_groups_bench_runs() -> None:

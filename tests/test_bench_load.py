@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.load import healthy, rows
 from tests.support import ROOT
+
+pytestmark = pytest.mark.slow
 
 
 def test_load_bench_runs(tmp_path: Path) -> None:

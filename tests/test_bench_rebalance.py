@@ -6,7 +6,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import ROOT
+
+pytestmark = pytest.mark.wire
 
 
 def test_rebalance_bench_runs() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import BrokerProcess, WireClient
+from tests.support import BrokerProcess, ensure_topics
 
 pytestmark = pytest.mark.clients
 
@@ -40,9 +40,7 @@ def user_topics(names: Any) -> set[str]:
 
 def create_topic(broker: BrokerProcess, name: str) -> None:
     """Auto-create ``name`` with a Metadata request (v12, allow_auto_topic_creation)."""
-    with WireClient(broker.host, broker.port) as c:
-        md = c.call(3, 12, {"topics": [{"name": name}], "allow_auto_topic_creation": True})
-    assert [(t.name, int(t.error_code), len(t.partitions)) for t in md.topics] == [(name, 0, PARTITIONS)]
+    assert ensure_topics(broker, name) == {name: PARTITIONS}
 
 
 def test_kafka_python_admin(rp: BrokerProcess) -> None:

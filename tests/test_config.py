@@ -10,11 +10,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from rallypoint import cli
+from rallypoint import cli, probe
 from rallypoint import config as config_mod
+from rallypoint.assemble import build_topics
+from rallypoint.clock import SystemClock
+from rallypoint.groups.model import GroupConfig
 from rallypoint.protocol import codec
+from rallypoint.storage import OffsetsLog
+from rallypoint.topics import TopicStore
 
 from tests.support import ROOT, BrokerProcess, WireClient
+
+pytestmark = pytest.mark.wire
 
 # ------------------------------------------------------------------------------ in-process
 
@@ -26,6 +33,32 @@ def test_defaults() -> None:
     assert cfg["group.initial.rebalance.delay.ms"] == 0
     assert cfg["auto.create.topics.enable"] is True
     assert cfg.advertised_host == "127.0.0.1"
+
+
+def test_parts_built_without_a_config_take_the_settings_table_defaults(tmp_path: Path) -> None:
+    """Defaults are written once, in SETTINGS; parts built bare (unit tests) agree with a broker."""
+    cfg = config_mod.load({"data.dir": str(tmp_path)}, env={})
+    assert GroupConfig() == GroupConfig.from_settings(cfg.get)
+    bare, wired = OffsetsLog(tmp_path), OffsetsLog.from_config(cfg, tmp_path, SystemClock(), loader=None)
+    for attr in ("num_partitions", "segment_bytes", "flush", "flush_interval_ms", "delete_retention_ms"):
+        assert getattr(bare, attr) == getattr(wired, attr), attr
+    bare_topics, wired_topics = TopicStore(), build_topics(cfg)
+    for attr in ("default_partitions", "auto_create", "retention_bytes", "max_message_bytes"):
+        assert getattr(bare_topics, attr) == getattr(wired_topics, attr), attr
+
+
+def test_flag_help_shows_the_settings_table_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.parse_serve_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for flag, key in cli.SETTING_FLAGS.items():
+        setting = config_mod.SETTINGS[key]
+        shown = setting.default_doc.strip("()") if setting.default is None else setting.default
+        assert f"config {key}, default {shown}" in text, flag
+    with pytest.raises(SystemExit):
+        probe.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"{config_mod.default('host')}" in text and f"default: {config_mod.default('port')}" in text
 
 
 def test_env_overrides_defaults_and_flags_override_env() -> None:
@@ -95,7 +128,7 @@ def test_bad_settings_raise_config_error(overrides: dict[str, str], env: dict[st
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
+    full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "rallypoint", "--port", "0", "--log-format", "json", *args],
         capture_output=True,

@@ -5,9 +5,12 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rallypoint.groups.assignors import GroupSpec, MemberSpec, RangeAssignor, UniformAssignor, range_order
+
+pytestmark = pytest.mark.unit
 
 T1 = uuid.UUID(int=1)
 T2 = uuid.UUID(int=2)

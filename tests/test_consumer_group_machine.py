@@ -21,6 +21,8 @@ from rallypoint.protocol.errors import ErrorCode
 
 from .consumer_harness import Client, Harness
 
+pytestmark = pytest.mark.unit
+
 E = ErrorCode
 
 

@@ -5,6 +5,7 @@ always converges to its target assignment (docs/consumer-groups.md, "Reconciliat
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
@@ -13,6 +14,8 @@ from rallypoint.groups.reconciliation import MemberState
 from rallypoint.protocol.errors import ErrorCode
 
 from .consumer_harness import ClassicClient, Client, Harness
+
+pytestmark = [pytest.mark.unit, pytest.mark.slow]
 
 MEMBERS = [f"m{i}" for i in range(5)]
 SUBSCRIPTIONS = [("t",), ("t", "u"), ("u",)]

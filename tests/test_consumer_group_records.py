@@ -36,6 +36,8 @@ from rallypoint.protocol.consumer_group_records import (
     encode_value,
 )
 
+pytestmark = pytest.mark.unit
+
 TID = uuid.UUID("00112233-4455-6677-8899-aabbccddeeff")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from rallypoint.clock import FakeClock
 from rallypoint.groups.consumer import ConsumerGroupConfig, StaticTopics
 from rallypoint.groups.consumer_events import ConsumerHeartbeat
@@ -13,6 +14,8 @@ from rallypoint.groups.consumer_runtime import ConsumerGroupsRuntime
 from rallypoint.protocol.consumer_group_records import GroupMetadataKey, decode_record
 from rallypoint.protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue
 from rallypoint.storage import OffsetsLog
+
+pytestmark = pytest.mark.unit
 
 
 async def test_runtime_writes_and_a_new_runtime_replays(tmp_path: Path) -> None:

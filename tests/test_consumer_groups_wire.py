@@ -13,6 +13,8 @@ from rallypoint.protocol.errors import ErrorCode as E
 
 from tests.support import BrokerProcess, WireClient
 
+pytestmark = pytest.mark.wire
+
 FAST = {
     "group.consumer.heartbeat.interval.ms": "300",
     "group.consumer.min.heartbeat.interval.ms": "100",

@@ -11,11 +11,14 @@ import asyncio
 import time
 from pathlib import Path
 
+import pytest
 from rallypoint import config
 from rallypoint.clock import SystemClock
 from rallypoint.groups.events import JoinRequest, Note, Protocol, SyncRequest, Transition
 from rallypoint.groups.runtime import GroupsRuntime
 from rallypoint.protocol.errors import ErrorCode
+
+pytestmark = pytest.mark.unit
 
 META = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
 

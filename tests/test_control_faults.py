@@ -12,6 +12,8 @@ from rallypoint.control.shapes import Target
 from rallypoint.protocol import codec
 from rallypoint.protocol.errors import ErrorCode
 
+pytestmark = pytest.mark.unit
+
 HEARTBEAT, OFFSET_COMMIT, DESCRIBE_GROUPS, PRODUCE = 12, 8, 15, 0
 
 

@@ -15,6 +15,8 @@ import pytest
 from tests.control_support import Control, control_url
 from tests.support import BrokerProcess, WireClient, free_port
 
+pytestmark = pytest.mark.wire
+
 CONTROL = ["--control-port", "0"]
 HEARTBEAT, API_VERSIONS = 12, 18
 

@@ -18,6 +18,8 @@ from rallypoint.control import shapes
 from rallypoint.protocol import codec
 from rallypoint.protocol.apis import SERVED_APIS
 
+pytestmark = pytest.mark.unit
+
 NOT_COORDINATOR = 16
 TOPIC_IDS = {"t1": uuid.UUID(int=0x1111), "t2": uuid.UUID(int=0x2222)}
 NAMES = {v: k for k, v in TOPIC_IDS.items()}

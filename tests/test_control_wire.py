@@ -14,6 +14,8 @@ import pytest
 from tests.control_support import Control
 from tests.support import BrokerProcess, WireClient
 
+pytestmark = pytest.mark.wire
+
 HEARTBEAT, API_VERSIONS, DESCRIBE_GROUPS, OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, METADATA = 12, 18, 15, 8, 9, 0, 3
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from rallypoint.protocol import codec
 
-from tests.support import BrokerProcess, WireClient
+from tests.support import BrokerProcess, WireClient, create_topic
 
 pytestmark = pytest.mark.clients
 
@@ -65,19 +65,6 @@ def check(consumed: Consumed, expected: list[Msg]) -> None:
         assert [g[0] for g in got] == list(range(len(want))), f"partition {p}: offsets not 0..n-1"
         for g, m in zip(got, want, strict=True):
             assert (g[1], g[2], g[3]) == (m.key, m.value, m.headers), f"partition {p} offset {g[0]} differs"
-
-
-def create_topic(broker: BrokerProcess, name: str) -> None:
-    with WireClient(broker.host, broker.port) as c:
-        body = {
-            "topics": [
-                {"name": name, "num_partitions": PARTITIONS, "replication_factor": 1, "assignments": [], "configs": []}
-            ],
-            "timeout": 5000,
-            "validate_only": False,
-        }
-        resp = codec.to_dict(c.call(19, 7, body))
-        assert resp["topics"][0]["error_code"] == 0, resp
 
 
 # --------------------------------------------------------------------------- producers
@@ -333,7 +320,7 @@ def produced(
     result: dict[str, tuple[str, list[Msg]]] = {}
     for name in PRODUCERS:
         topic = f"from-{name}"
-        create_topic(matrix_broker, topic)
+        create_topic(matrix_broker, topic, PARTITIONS)
         msgs = make_messages(name, printable=(name == "kcat"))
         compression = MAIN_CODEC[name]
         if name == "kafka-python":
@@ -447,7 +434,7 @@ CODEC_RUNS = [
 @pytest.mark.parametrize(("producer", "compression"), CODEC_RUNS)
 def test_codecs_round_trip(producer: str, compression: str, matrix_broker: BrokerProcess, kcat: str) -> None:
     topic = f"codec-{producer}-{compression}"
-    create_topic(matrix_broker, topic)
+    create_topic(matrix_broker, topic, PARTITIONS)
     msgs = make_messages(f"{producer}-{compression}", 2000, printable=(producer == "kcat"))
     if producer == "aiokafka":
         produce_aiokafka(matrix_broker, topic, msgs, compression)

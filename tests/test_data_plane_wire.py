@@ -23,6 +23,8 @@ from rallypoint.protocol.errors import ErrorCode as E
 from tests.support import BrokerProcess, WireClient
 from tests.support.crafted_batches import hostile_batches
 
+pytestmark = pytest.mark.wire
+
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_TOPICS, INIT_PID, OFFSET_FOR_EPOCH, CREATE_PARTITIONS = 19, 20, 22, 23, 37
 
@@ -568,6 +570,7 @@ def test_retention_trims_oldest_batches(broker_factory: Callable[..., BrokerProc
         assert list_offset(c, "ret2", -2)["offset"] == 0
 
 
+@pytest.mark.slow
 def test_restart_keeps_topics_and_offsets(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
     b = broker_factory(data_dir=tmp_path / "restart")
     with WireClient(b.host, b.port) as c:
@@ -606,7 +609,7 @@ def test_shutdown_releases_parked_fetch(broker_factory: Callable[..., BrokerProc
         b.proc.terminate()
         start = time.monotonic()
         resp = codec.to_dict(c.receive(FETCH, 12, corr))  # answered, not left hanging for 30 s
-        assert time.monotonic() - start < 3
+        assert time.monotonic() - start < 10  # far below max_wait (30 s), with room for a loaded machine
         assert resp["responses"][0]["partitions"][0]["error_code"] == 0
     assert b.stop() == 0
     assert b.events("stopped")

@@ -34,6 +34,8 @@ from rallypoint.protocol import codec
 
 from tests.support import ROOT, WireClient, free_port
 
+pytestmark = pytest.mark.docker
+
 DOCKERFILE = ROOT / "Dockerfile"
 ENTRYPOINT_SH = ROOT / "docker" / "entrypoint.sh"
 COMPOSE = ROOT / "docker" / "compose.yaml"
@@ -371,12 +373,13 @@ def image_env(dockerfile: Dockerfile, shim_bin: Path, overrides: Mapping[str, st
 
 
 def make_shim_bin(directory: Path) -> Path:
-    """A bin directory whose `rallypoint` runs this checkout, as the image's console script does."""
+    """A bin directory whose `rallypoint` runs this checkout (the venv's editable install), as the
+    image's console script does."""
     directory.mkdir(parents=True, exist_ok=True)
     shim = directory / "rallypoint"
     shim.write_text(
         "#!/bin/sh\n# stands for the console script pip installs in the image's venv\n"
-        f'PYTHONPATH={shlex.quote(str(ROOT))} exec {shlex.quote(sys.executable)} -m rallypoint "$@"\n'
+        f'exec {shlex.quote(sys.executable)} -m rallypoint "$@"\n'
     )
     shim.chmod(0o755)
     return directory

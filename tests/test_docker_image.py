@@ -50,7 +50,7 @@ HEALTHY_TIMEOUT_S = 90.0
 MAX_IMAGE_BYTES = 200_000_000
 INITIAL_DELAY_MS = 1500
 
-pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S + 600)
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(BUILD_TIMEOUT_S + 600)]
 
 
 def fail_step(step: str, why: str) -> None:

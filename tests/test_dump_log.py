@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import struct
 import subprocess
 import sys
@@ -27,17 +26,17 @@ from rallypoint.storage.segments import list_segments, partition_dir
 
 from tests.support import ROOT, BrokerProcess
 
+pytestmark = pytest.mark.wire
+
 T0 = 1_700_000_000_000
 
 
 def dump(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "rallypoint", "dump-log", *args],
         capture_output=True,
         text=True,
         timeout=60,
-        env=env,
         cwd=ROOT,
     )
 

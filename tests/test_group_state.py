@@ -19,6 +19,8 @@ from rallypoint.protocol.offsets_schema import GroupMetadataKey, GroupMetadataVa
 
 from tests.group_harness import META, Harness, meta_for
 
+pytestmark = pytest.mark.unit
+
 E = __import__("rallypoint.protocol.errors", fromlist=["ErrorCode"]).ErrorCode
 S = GroupState
 

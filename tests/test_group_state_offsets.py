@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import pytest
 from rallypoint.groups.events import DeleteGroupsResult, OffsetDeleteRequest
 from rallypoint.groups.model import GroupConfig, GroupState
 from rallypoint.protocol.errors import ErrorCode
@@ -17,6 +18,8 @@ from rallypoint.protocol.offsets_schema import (
 )
 
 from tests.group_harness import Harness, meta_for
+
+pytestmark = pytest.mark.unit
 
 E = ErrorCode
 S = GroupState

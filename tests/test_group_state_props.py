@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from rallypoint.groups.events import JoinResult
@@ -23,6 +24,8 @@ from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import GroupMetadataKey, GroupMetadataValue
 
 from tests.group_harness import Harness, meta_for
+
+pytestmark = pytest.mark.unit
 
 E = ErrorCode
 S = GroupState
@@ -109,6 +112,7 @@ def check_invariants(x: Harness, generations: dict[int, int]) -> None:
     versions=st.lists(st.sampled_from([3, 5, 7, 9]), min_size=CLIENTS, max_size=CLIENTS),
     delay=st.sampled_from([0, 3000]),
 )
+@pytest.mark.slow
 def test_random_client_behaviour_keeps_the_invariants(
     ops: list[tuple[str, int, int]], statics: list[bool], versions: list[int], delay: int
 ) -> None:

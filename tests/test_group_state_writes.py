@@ -16,6 +16,8 @@ from rallypoint.protocol.offsets_schema import GroupMetadataKey, OffsetCommitKey
 
 from tests.group_harness import Harness, fail_once
 
+pytestmark = pytest.mark.unit
+
 E = ErrorCode
 S = GroupState
 DAY = 24 * 3600 * 1000

@@ -1,7 +1,7 @@
 """Consumer groups with real clients against a real broker process.
 
-Each member is a separate process (tests/clients/group_consumer.py for kafka-python, aiokafka
-and confluent-kafka; tests/js/group_member.js for kafkajs) reporting its assignment as JSON
+Each member is a separate process (tests.support.Member: tests/support/consumer_member.py for
+kafka-python, aiokafka and confluent-kafka; tests/js/group_member.js for kafkajs) reporting its assignment as JSON
 lines.  Session timeouts are Kafka's minimum (6 s), heartbeats every second; every wait is
 bounded and every process is stopped or killed at the end.  When a wait times out, the message
 carries each member's last events, its log and thread stacks, and the broker's group events.
@@ -16,98 +16,23 @@ and mixed-client scenarios.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from rallypoint.protocol import codec
 
-from tests.support import ROOT, BrokerProcess, WireClient
+from tests.support import BrokerProcess, Member, WireClient, ensure_topics, explain_members, wait_until
 
 pytestmark = pytest.mark.clients
 
-CONSUMER = ROOT / "tests" / "clients" / "group_consumer.py"
 TOPICS = ("t1", "t2")
 ALL = frozenset((t, p) for t in TOPICS for p in range(6))
-T = TypeVar("T")
-
 TP = tuple[str, int]
-
-
-def wait_until(cond: Callable[[], T], timeout: float, what: str, step: float = 0.1) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(step)
-
-
-class Member:
-    """One consumer process of a real client library."""
-
-    def __init__(self, client: str, broker: BrokerProcess, group: str, **opts: Any) -> None:
-        self.client = client
-        self.name = opts.pop("client_id", None) or client
-        cmd = [sys.executable, str(CONSUMER), "--client", client, "--bootstrap", broker.bootstrap]
-        cmd += ["--group", group, "--topics", ",".join(TOPICS), "--client-id", self.name]
-        for k, v in opts.items():
-            cmd += [f"--{k.replace('_', '-')}", str(v)]
-        self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd=ROOT
-        )
-        self.events: list[dict[str, Any]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.events.append(json.loads(line))
-            except ValueError:
-                continue
-
-    @property
-    def assignment(self) -> frozenset[TP] | None:
-        for e in reversed(self.events):
-            if e["event"] == "assignment":
-                return frozenset((t, p) for t, p in e["partitions"])
-        return None
-
-    def history(self) -> list[tuple[float, frozenset[TP]]]:
-        return [
-            (e["t"], frozenset((t, p) for t, p in e["partitions"])) for e in self.events if e["event"] == "assignment"
-        ]
-
-    def stop(self, timeout: float = 20.0) -> None:
-        """Close cleanly (stdin EOF: the client closes its consumer)."""
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()
-                self.proc.wait(timeout)
-            except (subprocess.TimeoutExpired, BrokenPipeError):
-                self.kill()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def log(self) -> str:
-        self.stderr.seek(0)
-        return self.stderr.read().decode(errors="replace")[-6000:]
 
 
 @pytest.fixture
@@ -124,9 +49,7 @@ def six(broker_factory: Callable[..., BrokerProcess]) -> Callable[..., BrokerPro
 
     def make(**config: str) -> BrokerProcess:
         b = broker_factory(config={"num.partitions": "6", **config})
-        with WireClient(b.host, b.port) as c:
-            md = c.call(3, 12, {"topics": [{"name": t} for t in TOPICS], "allow_auto_topic_creation": True})
-            assert all(int(t.error_code) == 0 and len(t.partitions) == 6 for t in md.topics)
+        assert ensure_topics(b, *TOPICS) == {t: 6 for t in TOPICS}
         return b
 
     return make
@@ -150,24 +73,12 @@ def transitions(b: BrokerProcess, group: str) -> list[dict[str, Any]]:
     return [e for e in b.events("group state transition") if e["group"] == group]
 
 
-def explain(ms: list[Member], b: BrokerProcess | None = None, group: str | None = None) -> str:
-    for m in ms:  # thread stacks of live members go to their stderr
-        if m.proc.poll() is None:
-            m.proc.send_signal(signal.SIGUSR1)
-    time.sleep(0.5)
-    out = [f"{m.name}: {sorted(m.assignment or [])}\n{m.events[-5:]}\n{m.log()}" for m in ms]
-    if b is not None:
-        for e in b.events():
-            if group is None or e.get("group") == group:
-                out.append(json.dumps({k: v for k, v in e.items() if k not in ("level",)})[:300])
-    return "\n".join(out)
+def explain(ms: list[Member], b: BrokerProcess | None = None, group: str | None = None) -> Callable[[], str]:
+    return lambda: explain_members(ms, b, group)
 
 
 def wait_covering(ms: list[Member], timeout: float, what: str, b: BrokerProcess, group: str) -> None:
-    try:
-        wait_until(lambda: covering(ms), timeout, what)
-    except AssertionError as e:
-        raise AssertionError(f"{e}\n{explain(ms, b, group)}") from None
+    wait_until(lambda: covering(ms), timeout, what, step=0.1, explain=explain(ms, b, group))
 
 
 # ------------------------------------------------------------------------------------ 1
@@ -179,11 +90,8 @@ def test_three_consumers_share_two_topics(
 ) -> None:
     b = six()
     for i in range(3):
-        members.append(Member(client, b, "g3", client_id=f"{client}-{i}"))
-    try:
-        wait_until(lambda: covering(members), 60, "disjoint assignments covering 12 partitions")
-    except AssertionError:
-        raise AssertionError(explain(members)) from None
+        members.append(Member(client, b, "g3", TOPICS, client_id=f"{client}-{i}"))
+    wait_until(lambda: covering(members), 60, "disjoint assignments covering 12 partitions", explain=explain(members))
     assert sorted(len(m.assignment or ()) for m in members) == [4, 4, 4]
     g = describe(b, "g3")
     assert g["group_state"] == "Stable" and len(g["members"]) == 3 and g["protocol_type"] == "consumer"
@@ -200,7 +108,7 @@ def test_killed_consumer_is_expelled_after_the_session_timeout(
 ) -> None:
     b = six()
     for name in ("survivor-a", "survivor-b", "victim"):
-        members.append(Member("confluent", b, "gk", client_id=name))
+        members.append(Member("confluent", b, "gk", TOPICS, client_id=name))
     wait_covering(members, 60, "initial assignment", b, "gk")
     victim_id = next(m["member_id"] for m in describe(b, "gk")["members"] if m["client_id"] == "victim")
     victim = members[2]
@@ -221,8 +129,8 @@ def test_static_member_restart_within_session_keeps_the_generation(
     six: Callable[..., BrokerProcess], members: list[Member]
 ) -> None:
     b = six()
-    a = Member("confluent", b, "gs", client_id="static-a", instance="inst-a", session_ms=15000)
-    bb = Member("confluent", b, "gs", client_id="static-b", instance="inst-b", session_ms=15000)
+    a = Member("confluent", b, "gs", TOPICS, client_id="static-a", instance="inst-a", session_ms=15000)
+    bb = Member("confluent", b, "gs", TOPICS, client_id="static-b", instance="inst-b", session_ms=15000)
     members += [a, bb]
     wait_covering([a, bb], 60, "initial assignment", b, "gs")
     wait_until(lambda: transitions(b, "gs")[-1]["to"] == "Stable", 10, "Stable")
@@ -231,7 +139,7 @@ def test_static_member_restart_within_session_keeps_the_generation(
     old_ids = {m["client_id"]: m["member_id"] for m in describe(b, "gs")["members"]}
     owned_by_a = a.assignment
     a.stop()  # a static member does not send LeaveGroup
-    a2 = Member("confluent", b, "gs", client_id="static-a", instance="inst-a", session_ms=15000)
+    a2 = Member("confluent", b, "gs", TOPICS, client_id="static-a", instance="inst-a", session_ms=15000)
     members.append(a2)
     wait_until(lambda: a2.assignment, 30, "the restarted member's assignment")
     assert a2.assignment == owned_by_a
@@ -260,7 +168,7 @@ def test_initial_rebalance_delay_gathers_staggered_consumers_in_one_generation(
 ) -> None:
     b = six(**{"group.initial.rebalance.delay.ms": "3000"})
     for i in range(3):
-        members.append(Member("confluent", b, "gd", client_id=f"late-{i}"))
+        members.append(Member("confluent", b, "gd", TOPICS, client_id=f"late-{i}"))
         time.sleep(1.0)
     wait_covering(members, 60, "one generation with every member", b, "gd")
     ts = transitions(b, "gd")
@@ -316,9 +224,9 @@ def test_mixed_clients_agree_on_a_protocol(
         daemon=True,
     )
     js.start()
-    members.append(Member("kafka-python", b, "gm", client_id="kafka-python-m"))
-    members.append(Member("aiokafka", b, "gm", client_id="aiokafka-m"))
-    members.append(Member("confluent", b, "gm", client_id="confluent-m"))
+    members.append(Member("kafka-python", b, "gm", TOPICS, client_id="kafka-python-m"))
+    members.append(Member("aiokafka", b, "gm", TOPICS, client_id="aiokafka-m"))
+    members.append(Member("confluent", b, "gm", TOPICS, client_id="confluent-m"))
     names = {"kafka-python-m", "aiokafka-m", "confluent-m", "kafkajs"}
 
     def js_events() -> list[dict[str, Any]]:
@@ -336,10 +244,12 @@ def test_mixed_clients_agree_on_a_protocol(
         return out
 
     try:
-        try:
-            wait_until(lambda: replay_covers(timeline(), names), 90, "four client libraries to share the partitions")
-        except AssertionError:
-            raise AssertionError(f"{js_events()}\n{explain(members)}") from None
+        wait_until(
+            lambda: replay_covers(timeline(), names),
+            90,
+            "four client libraries to share the partitions",
+            explain=lambda: f"{js_events()}\n{explain_members(members)}",
+        )
         assert {e["protocol"] for e in js_events() if e["event"] == "assignment"} == {"roundrobin"}
         four = [t for t in transitions(b, "gm") if t["to"] == "CompletingRebalance" and t["members"] == 4]
         assert four, transitions(b, "gm")
@@ -365,15 +275,17 @@ def test_mixed_clients_agree_on_a_protocol(
 def test_cooperative_sticky_incremental_rebalance(six: Callable[..., BrokerProcess], members: list[Member]) -> None:
     b = six()
     for i in range(2):
-        members.append(Member("confluent", b, "gc", client_id=f"coop-{i}", assignor="cooperative-sticky"))
+        members.append(Member("confluent", b, "gc", TOPICS, client_id=f"coop-{i}", assignor="cooperative-sticky"))
     wait_until(lambda: covering(members), 60, "two cooperative members")
     before = {m.name: m.assignment for m in members}
     seen = len(transitions(b, "gc"))
-    members.append(Member("confluent", b, "gc", client_id="coop-2", assignor="cooperative-sticky"))
-    try:
-        wait_until(lambda: covering(members) and all(len(m.assignment or ()) == 4 for m in members), 60, "balance")
-    except AssertionError:
-        raise AssertionError(explain(members)) from None
+    members.append(Member("confluent", b, "gc", TOPICS, client_id="coop-2", assignor="cooperative-sticky"))
+    wait_until(
+        lambda: covering(members) and all(len(m.assignment or ()) == 4 for m in members),
+        60,
+        "balance",
+        explain=explain(members),
+    )
     later = [t for t in transitions(b, "gc")[seen:] if t["to"] == "Stable"]
     # KIP-429: the old members first give up what moves (one rebalance), then it is handed
     # to the new member (a second one)

@@ -6,7 +6,6 @@ is skipped.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,14 +15,17 @@ from rallypoint.assemble import build_broker
 from rallypoint.protocol import codec
 from rallypoint.protocol.errors import ErrorCode
 
-from tests.support import BrokerProcess, WireClient
-from tests.test_groups_wire import join_stable, make_topic
+from tests.support import BrokerProcess, WireClient, ensure_topics, wait_until
+from tests.test_groups_wire import join_stable
+
+pytestmark = pytest.mark.wire
 
 
 def _has_offsets_log(tmp: Path) -> bool:
     return build_broker(config.load({"data.dir": str(tmp)}, env={})).offsets_log is not None
 
 
+@pytest.mark.slow
 def test_committed_offsets_and_group_state_survive_a_restart(
     broker_factory: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:
@@ -31,7 +33,7 @@ def test_committed_offsets_and_group_state_survive_a_restart(
         pytest.fail("no offsets_log component in this build (state is in memory only)")
     b = broker_factory()
     with WireClient(b.host, b.port) as c:
-        make_topic(c, "tp")
+        ensure_topics(c, "tp")
         member, gen = join_stable(c, "rg", session=6000)
         body = {
             "group_id": "rg",
@@ -55,14 +57,13 @@ def test_committed_offsets_and_group_state_survive_a_restart(
         assert g["group_state"] == "Stable" and [m["member_id"] for m in g["members"]] == [member]
         s = c.call(14, 3, {"group_id": "rg", "generation_id": gen, "member_id": member, "assignments": []})
         assert int(s.error_code) == ErrorCode.NONE and s.assignment == b"ASSIGNED"
+
         # ... and its member, silent since the restart, is expelled after one session timeout
-        deadline = time.monotonic() + 15
-        while True:
+        def state() -> str:
             g = codec.to_dict(c.call(15, 5, {"groups": ["rg"], "include_authorized_operations": False}))["groups"][0]
-            if g["group_state"] == "Empty":
-                break
-            assert time.monotonic() < deadline, g
-            time.sleep(0.2)
+            return str(g["group_state"])
+
+        wait_until(lambda: state() == "Empty", 15, "the silent member to be expelled", step=0.2, explain=state)
     b.restart()
     with WireClient(b.host, b.port) as c:
         g = codec.to_dict(c.call(15, 5, {"groups": ["rg"], "include_authorized_operations": False}))["groups"][0]

@@ -12,7 +12,7 @@ import pytest
 import structlog
 from rallypoint import config
 from rallypoint.assemble import build_broker
-from rallypoint.broker import Broker
+from rallypoint.clock import SystemClock
 from rallypoint.groups.events import (
     CommitPartition,
     CommitRequest,
@@ -42,6 +42,8 @@ from rallypoint.storage.errors import PersistError
 
 from tests.group_harness import fail_once
 
+pytestmark = pytest.mark.unit
+
 E = ErrorCode
 META = encode_subscription(Subscription(0, ("t",)))
 
@@ -70,10 +72,9 @@ class FakeLog:
 
 
 async def started(tmp_path: Path, log: FakeLog | None = None, **cfg: str) -> GroupsRuntime:
-    """A broker with only the groups runtime (and the fake log, if any), started."""
+    """A started groups runtime writing to the fake log (if any)."""
     overrides = {"data.dir": str(tmp_path), "group.min.session.timeout.ms": "100", **cfg}
-    broker = Broker(config.load(overrides, env={}))
-    rt = GroupsRuntime.from_config(broker.config, broker.clock)
+    rt = GroupsRuntime.from_config(config.load(overrides, env={}), SystemClock())
     rt.offsets_log = log
     await rt.start()
     return rt

@@ -7,7 +7,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.support import ROOT
+
+pytestmark = pytest.mark.unit
 
 
 def _imports(path: Path) -> set[str]:

@@ -36,6 +36,8 @@ from rallypoint.protocol.errors import ErrorCode
 
 from tests.support import BrokerProcess, WireClient
 
+pytestmark = [pytest.mark.wire, pytest.mark.slow]
+
 ANSWER_S = 1.0
 OVERLOADED_ANSWER_S = 5.0
 RSS_LIMIT_MB = 256

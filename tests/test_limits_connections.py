@@ -30,6 +30,8 @@ from rallypoint.protocol import codec
 
 from tests.support import BrokerProcess, WireClient
 
+pytestmark = [pytest.mark.wire, pytest.mark.slow]
+
 WAIT = 10.0
 IDLE_MS = 600
 

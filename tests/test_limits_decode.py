@@ -16,6 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rallypoint.protocol import codec, framing, metadata_response, tagged
 
+pytestmark = pytest.mark.unit
+
 # --------------------------------------------------------------------------- array sizes
 
 

@@ -26,6 +26,8 @@ from rallypoint.topics.store import TopicStateError
 
 from tests.support import BrokerProcess, WireClient
 
+pytestmark = [pytest.mark.wire, pytest.mark.slow]
+
 TOO_MANY = "Excessively large number of partitions per request."
 
 

@@ -12,6 +12,7 @@ import struct
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rallypoint.protocol.offsets_schema import (
@@ -27,6 +28,8 @@ from rallypoint.storage.cleaner import clean_partition
 from rallypoint.storage.loader import rebuild
 from rallypoint.storage.recovery import replay_partition
 from rallypoint.storage.segments import recover_partition, segment_name
+
+pytestmark = pytest.mark.unit
 
 RETENTION = 1000
 GROUPS = ("a", "b", "c")
@@ -156,12 +159,14 @@ def _run(ops: list[tuple]) -> None:  # type: ignore[type-arg]
         logs.check()
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(plain_ops, max_size=60))
 def test_compacted_state_equals_uncompacted_state(ops: list[tuple]) -> None:  # type: ignore[type-arg]
     _run(ops)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(all_ops, max_size=60))
 def test_compacted_state_equals_uncompacted_state_with_transactions(ops: list[tuple]) -> None:  # type: ignore[type-arg]

@@ -38,8 +38,10 @@ from rallypoint.storage.errors import PersistError
 from rallypoint.storage.recovery import PartitionCountError, replay_partition
 from rallypoint.storage.segments import list_segments, partition_dir
 
-from tests.support import ROOT
+from tests.support import async_wait_until
 from tests.support.offsets_synth import old_partition_for, write_old_layout
+
+pytestmark = pytest.mark.unit
 
 DAY_MS = 86_400_000
 
@@ -207,10 +209,7 @@ async def test_flush_interval_and_never(tmp_path: Path) -> None:
     for i in range(20):
         await log.append(0, [commit("g", "t", 0, i)])
     assert log.fsyncs == before  # appends do not wait for fsync
-    deadline = time.monotonic() + 5
-    while log.fsyncs == before and time.monotonic() < deadline:
-        await asyncio.sleep(0.005)
-    assert log.fsyncs > before, "the interval flusher never synced"
+    await async_wait_until(lambda: log.fsyncs > before, 5, "the interval flusher to sync", step=0.005)
     await log.stop()
 
     log = make_log(tmp_path / "n", num_partitions=1, flush="never")
@@ -524,10 +523,7 @@ async def test_background_cleaner_runs_after_rolls(tmp_path: Path) -> None:
     await log.start()
     for i in range(200):
         await log.append(0, [commit("g", "t", 0, i)])
-    deadline = time.monotonic() + 10
-    while log.cleanings == 0 and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-    assert log.cleanings >= 1, "a roll did not wake the cleaner"
+    await async_wait_until(lambda: log.cleanings >= 1, 10, "a roll to wake the cleaner")
     await log.stop()
     assert replay_partition(partition_dir(tmp_path, 0), 0).state.offsets == {
         OffsetCommitKey("g", "t", 0): OffsetCommitValue(199, "m199", 1000)
@@ -589,9 +585,8 @@ _STORM = textwrap.dedent(
 
 
 def test_sigkill_mid_commit_storm_keeps_every_acknowledged_commit(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", _STORM, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        [sys.executable, "-c", _STORM, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     )
     acked: dict[int, int] = {}
     assert proc.stdout is not None

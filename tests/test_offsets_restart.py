@@ -31,7 +31,7 @@ from rallypoint.protocol.offsets_schema import OffsetCommitKey, OffsetCommitValu
 from rallypoint.storage.recovery import replay_partition
 from rallypoint.storage.segments import partition_dir
 
-from tests.support import BrokerProcess, WireClient
+from tests.support import BrokerProcess, WireClient, create_topic, wait_until
 from tests.support.offsets_synth import old_partition_for, write_old_layout
 
 pytestmark = pytest.mark.clients
@@ -40,19 +40,6 @@ TOPIC = "orders"
 PARTITIONS = 3
 PER_PARTITION = 10
 DEADLINE_S = 60.0
-
-
-def create_topic(broker: BrokerProcess, name: str, partitions: int) -> None:
-    with WireClient(broker.host, broker.port) as c:
-        body = {
-            "topics": [
-                {"name": name, "num_partitions": partitions, "replication_factor": 1, "assignments": [], "configs": []}
-            ],
-            "timeout": 5000,
-            "validate_only": False,
-        }
-        resp = codec.to_dict(c.call(19, 7, body))
-        assert resp["topics"][0]["error_code"] == 0, resp
 
 
 def produce(broker: BrokerProcess, per_partition: int, tag: str) -> None:
@@ -265,11 +252,11 @@ def test_sigkill_mid_commit_storm_keeps_every_acknowledged_commit(
     ]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + DEADLINE_S
-    while counts["acked"] < 1500 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    broker.kill()  # SIGKILL, commits in flight
-    stop.set()
+    try:
+        wait_until(lambda: counts["acked"] >= 1500, DEADLINE_S, "1500 acknowledged commits", step=0.02)
+    finally:
+        broker.kill()  # SIGKILL, commits in flight
+        stop.set()
     with lock:
         acked_before_kill = dict(acked)
         n_acked = counts["acked"]

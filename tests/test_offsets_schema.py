@@ -34,6 +34,8 @@ from rallypoint.protocol.offsets_schema import (
 
 from tests.support.offsets_synth import java_hash_code
 
+pytestmark = pytest.mark.unit
+
 
 def s16(s: str) -> bytes:
     raw = s.encode()

@@ -14,6 +14,8 @@ from tests.support import ROOT
 from tests.support import offsets_synth as synth
 from tests.test_pipeline_spark import T0, write_crafted
 
+pytestmark = pytest.mark.unit
+
 
 def rallypoint(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -30,6 +32,7 @@ def test_the_broker_does_not_import_pyspark() -> None:
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=30).returncode == 0
 
 
+@pytest.mark.slow
 def test_report_help_and_bad_arguments(tmp_path: Path) -> None:
     r = rallypoint("report", "--help")
     assert r.returncode == 0 and "--input" in r.stdout and "--master" in r.stdout

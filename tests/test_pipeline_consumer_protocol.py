@@ -24,6 +24,8 @@ from rallypoint.protocol.consumer_protocol import (
     encode_subscription,
 )
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
 def test_subscription_matches_kafka_python(version: int) -> None:

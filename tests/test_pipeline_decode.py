@@ -22,6 +22,8 @@ from rallypoint.storage.segments import CorruptLogError
 
 from tests.support import offsets_synth as synth
 
+pytestmark = pytest.mark.unit
+
 
 def rows(seg: decode.SegmentFile) -> list[dict[str, object]]:
     """Decoded rows in log order, the segment row last (batches come per kind of row)."""

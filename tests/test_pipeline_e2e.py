@@ -26,7 +26,7 @@ import pytest
 from rallypoint.pipeline import job
 from rallypoint.protocol.apis import served
 
-from tests.support import ROOT, BrokerProcess
+from tests.support import ROOT, BrokerProcess, wait_until
 from tests.test_pipeline_spark import spark  # noqa: F401  (the shared session fixture)
 
 pytestmark = [pytest.mark.spark, pytest.mark.clients]
@@ -42,17 +42,6 @@ needs_groups_and_log = pytest.mark.skipif(
 TOPIC = "orders"
 PARTS = 4
 ALL = frozenset((TOPIC, p) for p in range(PARTS))
-
-
-def wait_until(cond: Callable[[], Any], timeout: float, what: str, why: Callable[[], str] = str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{why()}")
-        time.sleep(0.05)
 
 
 class Member:
@@ -102,7 +91,7 @@ class Member:
                 ),
                 timeout,
                 f"{self.client} {self.group} to answer a commit",
-                self.log,
+                explain=self.log,
             )
             if e["event"] == "committed" and e["partitions"]:
                 return [(t, p) for t, p in e["partitions"]]
@@ -277,14 +266,14 @@ def workload(b: BrokerProcess, members: list[Member]) -> None:
 
     # g-dyn: a member, a second joins, the second leaves, the first leaves (the group is Empty)
     m1 = member("kafka-python", "g-dyn")
-    wait_until(lambda: m1.assignment == ALL, 30, "m1 owns every partition", why("g-dyn"))
+    wait_until(lambda: m1.assignment == ALL, 30, "m1 owns every partition", explain=why("g-dyn"))
     m1.commit(100)
     m2 = member("confluent", "g-dyn")
-    wait_until(lambda: exactly_covering([m1, m2]), 30, "m1 and m2 share the partitions", why("g-dyn"))
+    wait_until(lambda: exactly_covering([m1, m2]), 30, "m1 and m2 share the partitions", explain=why("g-dyn"))
     m1.commit(200)
     m2.commit(200)
     m2.close()
-    wait_until(lambda: m1.assignment == ALL, 30, "m1 owns every partition again", why("g-dyn"))
+    wait_until(lambda: m1.assignment == ALL, 30, "m1 owns every partition again", explain=why("g-dyn"))
     m1.commit(300)
     m1.close()
 
@@ -292,17 +281,17 @@ def workload(b: BrokerProcess, members: list[Member]) -> None:
     # new member id, same client so the selected protocol stays) takes its place in the same
     # generation (GroupCoordinator.updateStaticMemberAndRebalance: storeGroup, no rebalance)
     s1 = member("kafka-python", "g-static", instance="static-a")
-    wait_until(lambda: s1.assignment == ALL, 30, "the static member owns every partition", why("g-static"))
+    wait_until(lambda: s1.assignment == ALL, 30, "the static member owns every partition", explain=why("g-static"))
     s1.commit(10)
     s1.close()
     s2 = member("kafka-python", "g-static", instance="static-a")
-    wait_until(lambda: s2.assignment == ALL, 30, "the static successor owns every partition", why("g-static"))
+    wait_until(lambda: s2.assignment == ALL, 30, "the static successor owns every partition", explain=why("g-static"))
     s2.commit(20)
     s2.close()
 
     # g-deleted: commits, the member leaves, DeleteGroups
     d = member("kafka-python", "g-deleted")
-    wait_until(lambda: d.assignment == ALL, 30, "the member owns every partition", why("g-deleted"))
+    wait_until(lambda: d.assignment == ALL, 30, "the member owns every partition", explain=why("g-deleted"))
     d.commit(7)
     d.close()
     wait_until(

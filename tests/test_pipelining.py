@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from rallypoint.protocol import codec
 
 from tests.support import BrokerProcess, WireClient
+
+pytestmark = pytest.mark.wire
 
 
 def _api_versions(corr: int) -> bytes:

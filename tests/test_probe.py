@@ -15,6 +15,8 @@ import pytest
 
 from tests.support import ROOT, BrokerProcess, free_port
 
+pytestmark = pytest.mark.wire
+
 # Interpreter start and imports included; the probe's own budget is --timeout.
 FAST_S = 3.0
 

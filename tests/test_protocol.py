@@ -32,6 +32,8 @@ from rallypoint.protocol.apis import API_VERSIONS_KEY, SERVED_APIS
 
 from tests.support import ROOT
 
+pytestmark = pytest.mark.unit
+
 SERVED: list[tuple[int, int]] = [
     (key, v) for key, api in sorted(SERVED_APIS.items()) for v in range(api.min_version, api.max_version + 1)
 ]
@@ -509,6 +511,7 @@ def test_huge_array_lengths_are_refused_without_allocating() -> None:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 @pytest.mark.parametrize(("api_key", "version"), SERVED, ids=SERVED_IDS)
+@pytest.mark.slow
 def test_mutated_requests_decode_or_raise_decode_error(api_key: int, version: int, data: st.DataObject) -> None:
     msg = codec.build_request(api_key, version, filled(codec.request_class(api_key, version)))
     body = bytearray(codec.encode_message(msg))

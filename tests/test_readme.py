@@ -1,21 +1,24 @@
 """The README's tables are the code's tables: API versions and configuration keys.
 
-When one of these fails, the message prints the table as the code has it; paste it between
-the markers in README.md.
+The config table is generated: ``make readme`` rewrites it from coordinator/config.py.  When the
+API table check fails, its message prints the table as the code has it; paste it between the
+markers in README.md.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
-from typing import Any
 
-from rallypoint.config import SETTINGS
+import pytest
+from rallypoint.config import SETTINGS, markdown_table
 from rallypoint.handlers import MODULES
 from rallypoint.protocol import codec
 from rallypoint.protocol.apis import SERVED_APIS
 
 from tests.support import ROOT
+
+pytestmark = pytest.mark.unit
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
@@ -51,25 +54,14 @@ def test_api_table_matches_served_apis() -> None:
     assert table_rows("api-table") == expected, "README api-table should be:\n" + _render(expected)
 
 
-def render_default(value: Any) -> str:
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    return f"`{value}`"
-
-
-def test_config_table_matches_settings() -> None:
-    rows = table_rows("config-table")
-    keys = [row[0].strip("`") for row in rows]
-    assert keys == list(SETTINGS), "README config-table keys, in SETTINGS order, should be:\n" + "\n".join(SETTINGS)
-    for row in rows:
-        key, default = row[0].strip("`"), row[1]
-        setting = SETTINGS[key]
-        if setting.default is None:
-            # "no default of its own": empty, or a parenthesised note of what is used instead
-            assert default == "" or re.fullmatch(r"\(.+\)", default), f"{key}: {default!r}"
-        else:
-            assert default == render_default(setting.default), f"{key}: README says {default}"
-        assert len(row) == 3 and row[2], f"{key}: the meaning column is empty"
+def test_config_table_is_generated_from_settings() -> None:
+    """The config table is rendered from the settings table (``make readme`` rewrites it)."""
+    match = re.search(r"<!-- config-table:start -->\n(.*?)<!-- config-table:end -->", README, re.S)
+    assert match, "README.md has no config-table markers"
+    assert match.group(1) == markdown_table(), "README config-table is stale: run `make readme`"
+    keys = [row[0].strip("`") for row in table_rows("config-table")]
+    assert keys == list(SETTINGS)
+    assert all(s.doc for s in SETTINGS.values()), "every setting says what it means"
 
 
 def test_handler_modules_and_served_apis_agree() -> None:
@@ -82,3 +74,12 @@ def test_handler_modules_and_served_apis_agree() -> None:
         lo, hi = codec.codec_versions(key) or (None, None)
         assert lo is not None and hi is not None
         assert lo <= SERVED_APIS[key].min_version <= SERVED_APIS[key].max_version <= hi, "beyond the codec"
+
+
+def test_layout_names_only_paths_that_exist() -> None:
+    layout = README.split("## Layout", 1)[1]
+    paths = set(re.findall(r"`((?:coordinator|protocol|pipeline|tests|bench|scripts|docs)/[\w./-]*)`", layout))
+    assert paths, "the Layout section names no paths"
+    assert sorted(p for p in paths if not (ROOT / p).exists()) == []
+    for module in re.findall(r"`(\w+\.py)`", layout):  # bare module names live in one of the folders
+        assert any((ROOT / d / module).exists() for d in ("coordinator", "protocol", "pipeline", "tests")), module

@@ -39,6 +39,8 @@ from rallypoint.protocol.records import (
 )
 from rallypoint.protocol.wire import read_varint, write_varint
 
+pytestmark = pytest.mark.unit
+
 
 def _their_batches(buf: bytes, lib: object) -> list[list[tuple[int, int, bytes | None, bytes | None, list]]]:
     mr = lib.MemoryRecords(buf)  # type: ignore[attr-defined]

@@ -16,9 +16,12 @@ from typing import Any
 import pytest
 from rallypoint import config as config_mod
 from rallypoint.assemble import build_broker
+from rallypoint.broker import RequestContext
 from rallypoint.protocol import codec
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.server import Server
+
+pytestmark = pytest.mark.unit
 
 WAIT = 5.0  # bound on every wait in this file
 
@@ -86,7 +89,7 @@ async def test_in_flight_request_is_answered_then_connection_closed_then_compone
     server, _recorder, events = rig
     entered = asyncio.Event()
 
-    async def slow(ctx: Any, request: Any) -> dict[str, Any]:
+    async def slow(ctx: RequestContext, request: Any) -> dict[str, Any]:
         entered.set()
         await asyncio.sleep(0.3)
         events.append("answered")
@@ -112,7 +115,7 @@ async def test_parked_request_is_released_by_begin_shutdown(rig: tuple[Server, R
     server, recorder, events = rig
     entered = asyncio.Event()
 
-    async def parked(ctx: Any, request: Any) -> dict[str, Any]:
+    async def parked(ctx: RequestContext, request: Any) -> dict[str, Any]:
         future = recorder.park()
         entered.set()
         return {"error_code": await future}
@@ -136,7 +139,7 @@ async def test_stuck_request_is_cancelled_after_the_grace_period(rig: tuple[Serv
     server.shutdown_grace_s = 0.3
     entered = asyncio.Event()
 
-    async def stuck(ctx: Any, request: Any) -> dict[str, Any]:
+    async def stuck(ctx: RequestContext, request: Any) -> dict[str, Any]:
         entered.set()
         await asyncio.sleep(3600)
         raise AssertionError("unreachable")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import signal
 
+import pytest
 from rallypoint.protocol import codec
 
 from tests.support import BrokerProcess, WireClient
+
+pytestmark = pytest.mark.wire
 
 
 def test_starts_answers_and_stops(broker: BrokerProcess) -> None:

@@ -29,6 +29,8 @@ from rallypoint.topics.partition import AppendResult, OffsetOutOfRange, Partitio
 
 from tests.support.crafted_batches import hostile_batches
 
+pytestmark = pytest.mark.unit
+
 MAX = 1048588
 
 

@@ -32,6 +32,7 @@ from rallypoint.protocol.consumer_protocol import ConsumerProtocolError, decode_
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import OffsetCommitValue
 
+from ..config import default
 from .events import JoinMember, Protocol
 
 E = ErrorCode
@@ -83,16 +84,16 @@ class NoCommonProtocol(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class GroupConfig:
-    """The coordinator settings (Kafka property names in coordinator/config.py)."""
+    """The coordinator settings; defaults from the settings table (coordinator/config.py)."""
 
-    initial_rebalance_delay_ms: int = 0  # group.initial.rebalance.delay.ms
-    min_session_timeout_ms: int = 6000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1800000  # group.max.session.timeout.ms
-    max_size: int = 2**31 - 1  # group.max.size
-    num_partitions: int = 50  # offsets.topic.num.partitions
-    metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
-    retention_ms: int = 10080 * 60 * 1000  # offsets.retention.minutes
-    retention_check_interval_ms: int = 600000  # offsets.retention.check.interval.ms
+    initial_rebalance_delay_ms: int = default("group.initial.rebalance.delay.ms")
+    min_session_timeout_ms: int = default("group.min.session.timeout.ms")
+    max_session_timeout_ms: int = default("group.max.session.timeout.ms")
+    max_size: int = default("group.max.size")
+    num_partitions: int = default("offsets.topic.num.partitions")
+    metadata_max_bytes: int = default("offset.metadata.max.bytes")
+    retention_ms: int = default("offsets.retention.minutes") * 60 * 1000
+    retention_check_interval_ms: int = default("offsets.retention.check.interval.ms")
     new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS
 
     @classmethod

@@ -1,6 +1,8 @@
 """One module per API, each with ``API_KEY`` and ``async def handle(ctx, request)``.
 
-``handle`` returns a dict (the response body, built for the request's version by
+``ctx`` is the :class:`~rallypoint.broker.RequestContext` (the broker's typed parts, the request
+header, the client's address); ``request`` is the decoded body (a kio entity of the request's
+version).  ``handle`` returns a dict (the response body, built for the request's version by
 ``protocol.codec``) or ``None`` when no response is sent (Produce with acks=0).
 Handlers are thin: decode (done by the server) → ask the broker's components → answer.
 """
@@ -13,7 +15,9 @@ from typing import Any
 
 from rallypoint.protocol.apis import SERVED_APIS
 
-Handler = Callable[[Any, Any], Awaitable[Mapping[str, Any] | None]]
+from ..broker import RequestContext
+
+Handler = Callable[[RequestContext, Any], Awaitable[Mapping[str, Any] | None]]
 
 # Module per served API key.  Keep in step with protocol/apis.py (a test checks both ways).
 MODULES: dict[int, str] = {

@@ -19,6 +19,8 @@ from typing import Any, Final
 from rallypoint.protocol.apis import API_VERSIONS_KEY, SERVED_APIS
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
+
 API_KEY = 18
 
 # ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN (Java's matcher().matches() = fullmatch).
@@ -53,7 +55,7 @@ def is_valid(version: int, request: Any) -> bool:
     return bool(SOFTWARE_NAME_VERSION.fullmatch(name) and SOFTWARE_NAME_VERSION.fullmatch(software_version))
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     if not is_valid(ctx.api_version, request):
         return {"error_code": ErrorCode.INVALID_REQUEST, "throttle_time": 0}
     return {

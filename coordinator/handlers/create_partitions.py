@@ -24,13 +24,14 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..topics import TopicError
 from .create_topics import TOO_MANY_PARTITIONS, check_replicas
 
 API_KEY = 37
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     store = ctx.broker.topics
     node = ctx.broker.node_id
     validate_only = bool(request.validate_only)

@@ -36,6 +36,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..slicing import Slicer
 from ..topics import TopicError
 from ..topics import configs as topic_configs
@@ -73,7 +74,7 @@ def check_replicas(node: int, brokers: list[int], size: int | None) -> None:
         )
 
 
-def _placement(ctx: Any, topic: Any) -> tuple[int, int]:
+def _placement(ctx: RequestContext, topic: Any) -> tuple[int, int]:
     """(partitions, replication factor) for a topic, or TopicError."""
     node = ctx.broker.node_id
     assignments = list(topic.assignments)
@@ -149,7 +150,7 @@ def requested_partitions(topic: Any, default_partitions: int) -> int:
     return max(n, 0)
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     store = ctx.broker.topics
     validate_only = bool(getattr(request, "validate_only", False))
     counts = Counter(t.name for t in request.topics)

@@ -17,6 +17,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..topics import TopicError
 
 API_KEY = 20
@@ -24,7 +25,7 @@ API_KEY = 20
 ZERO = uuid.UUID(int=0)
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     store = ctx.broker.topics
     version = ctx.api_version
     results: list[dict[str, Any]] = []
@@ -91,9 +92,8 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
             continue
         answer(name, tid, ErrorCode.NONE)
         deleted.append(name)
-    groups = getattr(ctx.broker, "groups", None)
-    if deleted and groups is not None:
+    if deleted:
         # Kafka's coordinator drops the committed offsets of deleted topics, writing tombstones
         # (GroupCoordinator.onPartitionsDeleted / GroupMetadataManager.cleanupGroupMetadata).
-        groups.on_topics_deleted(deleted)
+        ctx.broker.groups.on_topics_deleted(deleted)
     return {"throttle_time": 0, "responses": results}

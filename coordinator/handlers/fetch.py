@@ -15,6 +15,7 @@ from typing import Any
 from rallypoint.protocol import codec
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..logger import get as get_logger
 from ..topics.fetch_sessions import INVALID_SESSION_ID, ZERO_UUID, Key, PartitionRequest
 from ..topics.fetcher import ReadSpec, fetch
@@ -26,7 +27,7 @@ log = get_logger("rallypoint.fetch")
 READ_COMMITTED = 1
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     store = broker.topics
     version = ctx.api_version

@@ -1,4 +1,4 @@
-"""FindCoordinator (10), v0-6: we are the only broker, so we coordinate every group (§A.12).
+"""FindCoordinator (10), v0-6: we are the only broker, so we coordinate every group.
 
 Like Kafka, the ``__consumer_offsets`` topic is created on first use and that first answer is
 COORDINATOR_NOT_AVAILABLE (``KafkaApis.getCoordinator``).  Kafka does not validate the key here
@@ -11,6 +11,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..logger import get as get_logger
 from ..topics.store import OFFSETS_TOPIC
 
@@ -31,7 +32,7 @@ _MESSAGES = {
 }
 
 
-def _offsets_topic_ready(ctx: Any) -> bool:
+def _offsets_topic_ready(ctx: RequestContext) -> bool:
     """Whether ``__consumer_offsets`` exists; if not, create it (Kafka asks the controller to
     and answers COORDINATOR_NOT_AVAILABLE to every group key of this request)."""
     broker = ctx.broker
@@ -56,7 +57,7 @@ def _coordinator(key_type: int, offsets_topic_ready: bool) -> ErrorCode:
     return ErrorCode.INVALID_REQUEST
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     broker = ctx.broker
     key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))

@@ -18,6 +18,8 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
+
 API_KEY = 22
 
 
@@ -25,7 +27,7 @@ def _error(code: ErrorCode) -> dict[str, Any]:
     return {"throttle_time": 0, "error_code": code, "producer_id": -1, "producer_epoch": -1}
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     if request.transactional_id is not None:
         return _error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     pid = int(getattr(request, "producer_id", -1))

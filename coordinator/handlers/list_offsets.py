@@ -20,6 +20,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..topics.partition import LEADER_EPOCH
 
 API_KEY = 2
@@ -67,7 +68,7 @@ def _lookup(plog: Any, ts: int, max_uncompressed: int) -> dict[str, Any]:
     return _answer(idx, ErrorCode.NONE, found_ts, offset, LEADER_EPOCH)
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     store = ctx.broker.topics
     version = ctx.api_version
     max_uncompressed = int(ctx.broker.config["rallypoint.max.uncompressed.batch.bytes"])

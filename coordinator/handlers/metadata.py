@@ -26,6 +26,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..slicing import Slicer
 from ..topics import Topic, TopicError
 from ..topics.store import INTERNAL_TOPICS, validate_topic_name
@@ -39,7 +40,7 @@ ZERO_UUID = uuid.UUID(int=0)
 _PARTITIONS_PER_TICK = 200
 
 
-async def topic_entry(ctx: Any, topic: Topic, slicer: Slicer) -> dict[str, Any]:
+async def topic_entry(ctx: RequestContext, topic: Topic, slicer: Slicer) -> dict[str, Any]:
     node = ctx.broker.node_id
     partitions: list[dict[str, Any]] = []
     for first in range(0, topic.num_partitions, _PARTITIONS_PER_TICK):
@@ -99,7 +100,7 @@ def _invalid_request(requested: Any) -> dict[str, Any]:
     }
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     version = ctx.api_version
     store = broker.topics

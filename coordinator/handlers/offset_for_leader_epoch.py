@@ -15,12 +15,13 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..broker import RequestContext
 from ..topics.partition import LEADER_EPOCH
 
 API_KEY = 23
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     store = ctx.broker.topics
     topics: list[dict[str, Any]] = []
     for t in request.topics:

@@ -27,7 +27,7 @@ from typing import Any
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.records import ATTR_TRANSACTIONAL, MAGIC, CorruptBatchError, split_batches
 
-from ..broker import CloseConnection
+from ..broker import CloseConnection, RequestContext
 from ..logger import get as get_logger
 from ..topics.log_validator import (
     BatchError,
@@ -80,7 +80,7 @@ async def _walk_records(data: bytes, h: Any, max_uncompressed: int) -> Checked:
     raise AssertionError("check_records ends with its summary")
 
 
-async def handle(ctx: Any, request: Any) -> dict[str, Any] | None:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
     broker = ctx.broker
     store = broker.topics
     version = ctx.api_version

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rallypoint.clock import Clock, SystemClock
-from rallypoint.config import Config
+from rallypoint.config import Config, default
 from rallypoint.logger import get as get_logger
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import (
@@ -112,11 +112,11 @@ class OffsetsLog:
         self,
         data_dir: Path | str,
         *,
-        num_partitions: int = 50,
-        segment_bytes: int = 104857600,
-        flush: str = "always",
-        flush_interval_ms: int = 1000,
-        delete_retention_ms: int = 86400000,
+        num_partitions: int = default("offsets.topic.num.partitions"),
+        segment_bytes: int = default("offsets.topic.segment.bytes"),
+        flush: str = default("rallypoint.offsets.flush"),
+        flush_interval_ms: int = default("rallypoint.offsets.flush.interval.ms"),
+        delete_retention_ms: int = default("log.cleaner.delete.retention.ms"),
         clock: Clock | None = None,
         group_commit: bool = True,
         cleaner: bool = True,

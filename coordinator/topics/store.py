@@ -38,6 +38,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..config import default
 from ..logger import get as get_logger
 from ..slicing import Slicer
 from . import configs as topic_configs
@@ -60,7 +61,6 @@ FLUSH_INTERVAL_S = 1.0
 RESERVE_STEP = 1000  # offsets a partition's saved end reservation starts ahead of its end
 MAX_RESERVE_STEP = 1 << 24
 PRODUCER_ID_BLOCK = 1000
-DEFAULT_MAX_MESSAGE_BYTES = 1048588
 # Partition logs built between two checks of the time slice (build_partitions).
 PARTITIONS_PER_SLICE = 100
 
@@ -114,12 +114,12 @@ class Topic:
 class TopicStore:
     def __init__(
         self,
-        default_partitions: int = 1,
-        auto_create: bool = True,
+        default_partitions: int = default("num.partitions"),
+        auto_create: bool = default("auto.create.topics.enable"),
         *,
         data_dir: Path | None = None,
-        retention_bytes: int = -1,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        retention_bytes: int = default("log.retention.bytes"),
+        max_message_bytes: int = default("message.max.bytes"),
         max_partitions: int | None = None,
     ) -> None:
         self.default_partitions = default_partitions

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from tests.crash.tap import Ledger, batch_record_counts, end_regressions, lost_commits, repeated_offsets
+
+pytestmark = pytest.mark.slow
 
 
 def _batch(n: int) -> bytes:

@@ -28,6 +28,8 @@ from rallypoint.topics.partition import PartitionLog
 
 from tests.support import BrokerProcess
 
+pytestmark = pytest.mark.slow
+
 MAX = 1048588
 
 

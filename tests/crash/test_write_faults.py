@@ -29,6 +29,8 @@ from rallypoint.storage import offsets_log as offsets_log_mod
 from rallypoint.storage.recovery import replay_partition
 from rallypoint.storage.segments import partition_dir
 
+pytestmark = pytest.mark.slow
+
 WAIT = 10.0
 PARTITIONS = 2
 TOPIC = "t"

@@ -1,6 +1,6 @@
-"""A consumer-group member driven by a real client library, for tests/test_groups_clients.py.
+"""A consumer-group member driven by a real client library (run by tests.support.members.Member).
 
-    python group_consumer.py --client kafka-python|aiokafka|confluent --bootstrap H:P
+    python tests/support/consumer_member.py --client kafka-python|aiokafka|confluent --bootstrap H:P
         --group G --topics a,b [--instance ID] [--session-ms 6000] [--heartbeat-ms 1000]
         [--max-poll-ms 30000] [--assignor NAME[,NAME...]] [--client-id ID]
 
@@ -8,7 +8,8 @@ Prints one JSON object per line on stdout: {"event": "started"}, then
 {"event": "assignment", "partitions": [[topic, partition], ...], "t": <unix time>} whenever its
 assignment changes, "assign"/"revoke" events from the rebalance callbacks, and {"event":
 "closed"} after a clean close.  It closes the consumer cleanly (LeaveGroup unless static) when
-its stdin reaches EOF, and exits.
+its stdin reaches EOF, and exits.  It imports nothing from the repository (run by path, it
+does not pay for importing tests.support), only the client library.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def run_kafka_python(a: argparse.Namespace) -> None:
 
     assignors = {"range": RangePartitionAssignor, "roundrobin": RoundRobinPartitionAssignor}
 
-    class Listener(ConsumerRebalanceListener):
+    class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         def on_partitions_revoked(self, revoked: Any) -> None:
             emit("revoke", partitions=tps(revoked))
 

@@ -1,0 +1,134 @@
+"""The broker launcher: a real rallypoint process per :class:`BrokerProcess`.
+
+Every broker started here runs as its own process (``python -m rallypoint``, the installed
+package) on 127.0.0.1 with a port the OS picks (``--port 0``; the port is read from its JSON
+``listening`` log line).  Tests get them from the ``broker`` / ``broker_factory`` fixtures
+(tests/conftest.py), which kill them at the end of the test; benchmarks use them as context
+managers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .paths import ROOT
+
+START_TIMEOUT_S = 20.0
+
+
+@dataclass
+class BrokerProcess:
+    data_dir: Path
+    config: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    requested_port: int = 0
+    start_timeout_s: float = START_TIMEOUT_S
+    log_lines: list[str] = field(default_factory=list)
+    _reader: threading.Thread | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "rallypoint", "--host", self.host, "--port", str(self.requested_port)]
+        cmd += ["--data-dir", str(self.data_dir), "--log-format", "json"]
+        for k, v in self.config.items():
+            cmd += ["--config", f"{k}={v}"]
+        return cmd + self.extra_args
+
+    def start(self) -> BrokerProcess:
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        self.log_lines = []
+        self.proc = subprocess.Popen(
+            self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT
+        )
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert self.proc is not None and self.proc.stdout is not None
+            for raw in self.proc.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                self.log_lines.append(line)
+                if not ready.is_set():
+                    try:
+                        ev = json.loads(line)
+                    except ValueError:
+                        continue
+                    if ev.get("event") == "listening":
+                        self.port = int(ev["port"])
+                        ready.set()
+
+        self._reader = threading.Thread(target=pump, daemon=True)
+        self._reader.start()
+        deadline = time.monotonic() + self.start_timeout_s
+        while not ready.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("broker did not start:\n" + "\n".join(self.log_lines[-50:]))
+        self.requested_port = self.port  # a restart comes back on the same port
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._reader is not None:
+            self._reader.join(2)
+        rc = self.proc.returncode
+        self.proc = None
+        return rc
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def __enter__(self) -> BrokerProcess:
+        return self if self.proc is not None else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        out = []
+        for line in list(self.log_lines):
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if name is None or ev.get("event") == name:
+                out.append(ev)
+        return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
