@@ -120,8 +120,7 @@ def _run_probe(host: str, port: int, seconds: float, interval_s: float) -> subpr
     return subprocess.Popen(
         [sys.executable, "-m", "bench.load", "--probe", host, str(port), str(seconds), str(interval_s)],
         stdout=subprocess.PIPE,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")},
+        cwd=ROOT,  # `-m bench.load` finds bench/ from the working directory
     )
 
 

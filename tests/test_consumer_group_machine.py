@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 from rallypoint.groups.consumer import ConsumerGroupConfig, ConsumerGroupMachine
+from rallypoint.groups.events import ConsumerMemberKey
 from rallypoint.groups.reconciliation import MemberState
 from rallypoint.protocol.consumer_group_records import (
     CurrentMemberAssignmentKey,
@@ -477,7 +478,7 @@ def test_replay_restores_the_group_exactly(h: Harness) -> None:
         k: (m.meta, m.assignment) for k, m in g2.members.items()
     }
     armed = {e.key for e in effects if type(e).__name__ == "ArmTimer"}
-    assert {("consumer", "session", "g", m) for m in "abc"} <= armed
+    assert {ConsumerMemberKey("session", "g", m) for m in "abc"} <= armed
 
 
 def test_failed_write_is_undone(h: Harness) -> None:

@@ -76,7 +76,6 @@ class BrokerProc:
         for k, v in self.config.items():
             cmd += ["--config", f"{k}={v}"]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         with self._cond:
             self.events = {}
         self.spawned_at = time.monotonic()
