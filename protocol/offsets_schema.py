@@ -134,7 +134,7 @@ class UnknownKey:
 
 def _writer(version: int, flexible: bool = False) -> Writer:
     w = Writer(flexible=flexible, error=OffsetsSchemaError)
-    w.int16(version)
+    w.buf += _I16.pack(version)
     return w
 
 

@@ -263,9 +263,13 @@ class Writer:
 
     def string(self, s: str) -> None:
         raw = s.encode("utf-8")
-        if not self.flexible and len(raw) > 0x7FFF:
-            raise self.error(f"string of {len(raw)} bytes is longer than 32767")
-        self._length(len(raw), False)
+        n = len(raw)
+        if self.flexible:
+            write_uvarint(n + 1, self.buf)
+        elif n > 0x7FFF:
+            raise self.error(f"string of {n} bytes is longer than 32767")
+        else:
+            self.buf += I16.pack(n)
         self.buf += raw
 
     def nullable_string(self, s: str | None) -> None:
