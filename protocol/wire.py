@@ -50,20 +50,20 @@ class WireError(ValueError):
 
 def read_uvarint(buf: Buffer, pos: int, error: type[ValueError] = WireError) -> tuple[int, int]:
     """An unsigned varint (at most 5 bytes) at ``pos``: (value, position after it)."""
-    end = len(buf)
     result = 0
     shift = 0
-    while True:
-        if pos >= end:
-            raise error("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 7 * MAX_UVARINT_BYTES:
-            raise error("varint longer than 5 bytes")
+    try:
+        while True:
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return result, pos
+            shift += 7
+            if shift >= 35:  # 7 * MAX_UVARINT_BYTES
+                raise error("varint longer than 5 bytes")
+    except IndexError:
+        raise error("truncated varint") from None
 
 
 def uvarint(value: int) -> bytes:
@@ -82,8 +82,13 @@ def write_uvarint(value: int, out: bytearray) -> None:
 
 
 def write_varint(n: int, out: bytearray) -> None:
-    """Append a signed (zig-zag) varint or varlong to ``out``."""
-    write_uvarint(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF, out)
+    """Append a signed (zig-zag) varint or varlong to ``out`` (the zig-zag mapping of Kafka's
+    ``(n << 1) ^ (n >> 63)`` on 64 bits, then an unsigned varint)."""
+    v = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
 
 
 def read_varint(buf: Buffer, pos: int, error: type[ValueError] = WireError) -> tuple[int, int]:
@@ -92,20 +97,20 @@ def read_varint(buf: Buffer, pos: int, error: type[ValueError] = WireError) -> t
     Record fields hold varints (32-bit) and varlongs (64-bit); both read here, the caller
     checks the range a field allows.
     """
-    end = len(buf)
     result = 0
     shift = 0
-    while True:
-        if pos >= end:
-            raise error("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift >= 7 * MAX_VARLONG_BYTES:
-            raise error("varint longer than 10 bytes")
+    try:
+        while True:
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return (result >> 1) ^ -(result & 1), pos
+            shift += 7
+            if shift >= 70:  # 7 * MAX_VARLONG_BYTES
+                raise error("varint longer than 10 bytes")
+    except IndexError:
+        raise error("truncated varint") from None
 
 
 def skip_tagged_fields(buf: Buffer, pos: int, error: type[ValueError] = WireError) -> int:
