@@ -130,7 +130,11 @@ def skip_tagged_fields(buf: Buffer, pos: int, error: type[ValueError] = WireErro
 
 class Reader:
     """Reads fields in order from ``buf`` starting at ``pos``; ``flexible`` selects the compact
-    forms.  Errors are ``error`` (a ValueError subclass chosen by the format being read)."""
+    forms.  Errors are ``error`` (a ValueError subclass chosen by the format being read).
+
+    Written for speed (the pipeline and start-up replay read millions of fields): fixed-size
+    fields are unpacked in place, and each method reads its length itself.
+    """
 
     __slots__ = ("buf", "error", "flexible", "pos")
 
@@ -146,25 +150,44 @@ class Reader:
     def remaining(self) -> int:
         return len(self.buf) - self.pos
 
+    def _truncated(self, n: int) -> ValueError:
+        return self.error(f"truncated: need {n} bytes at {self.pos}, have {len(self.buf) - self.pos}")
+
     def take(self, n: int) -> bytes:
-        end = self.pos + n
+        pos = self.pos
+        end = pos + n
         if n < 0 or end > len(self.buf):
-            raise self.error(f"truncated: need {n} bytes at {self.pos}, have {len(self.buf) - self.pos}")
-        out = self.buf[self.pos : end]
+            raise self._truncated(n)
         self.pos = end
-        return out
+        return self.buf[pos:end]
 
     def int8(self) -> int:
-        return int(I8.unpack(self.take(1))[0])
+        pos = self.pos
+        if pos + 1 > len(self.buf):
+            raise self._truncated(1)
+        self.pos = pos + 1
+        return int(I8.unpack_from(self.buf, pos)[0])
 
     def int16(self) -> int:
-        return int(I16.unpack(self.take(2))[0])
+        pos = self.pos
+        if pos + 2 > len(self.buf):
+            raise self._truncated(2)
+        self.pos = pos + 2
+        return int(I16.unpack_from(self.buf, pos)[0])
 
     def int32(self) -> int:
-        return int(I32.unpack(self.take(4))[0])
+        pos = self.pos
+        if pos + 4 > len(self.buf):
+            raise self._truncated(4)
+        self.pos = pos + 4
+        return int(I32.unpack_from(self.buf, pos)[0])
 
     def int64(self) -> int:
-        return int(I64.unpack(self.take(8))[0])
+        pos = self.pos
+        if pos + 8 > len(self.buf):
+            raise self._truncated(8)
+        self.pos = pos + 8
+        return int(I64.unpack_from(self.buf, pos)[0])
 
     def int32_array(self, n: int) -> tuple[int, ...]:
         """``n`` consecutive int32 values (the items of an INT32 array whose count was read)."""
@@ -174,48 +197,38 @@ class Reader:
         value, self.pos = read_uvarint(self.buf, self.pos, self.error)
         return value
 
-    def _length(self, wide: bool) -> int:
-        """A length: compact (uvarint - 1) when flexible, else int32 (``wide``) or int16."""
-        if self.flexible:
-            return self.uvarint() - 1
-        return self.int32() if wide else self.int16()
-
-    def _utf8(self, raw: bytes) -> str:
+    def _text(self, n: int) -> str:
         try:
-            return raw.decode("utf-8")
+            return self.take(n).decode("utf-8")
         except UnicodeDecodeError as e:
             raise self.error(f"invalid UTF-8 in string: {e}") from None
 
     def string(self) -> str:
-        n = self._length(False)
+        n = self.uvarint() - 1 if self.flexible else self.int16()
         if n < 0:
             raise self.error("null in a non-nullable string")
-        return self._utf8(self.take(n))
+        return self._text(n)
 
     def nullable_string(self) -> str | None:
         """Any negative length is null, as in Kafka's generated readers."""
-        n = self._length(False)
-        if n < 0:
-            return None
-        return self._utf8(self.take(n))
+        n = self.uvarint() - 1 if self.flexible else self.int16()
+        return None if n < 0 else self._text(n)
 
     def bytes_(self) -> bytes:
-        n = self._length(True)
+        n = self.uvarint() - 1 if self.flexible else self.int32()
         if n < 0:
             raise self.error("null in a non-nullable bytes field")
         return self.take(n)
 
     def nullable_bytes(self) -> bytes | None:
         """Any negative length is null, as in Kafka's generated readers."""
-        n = self._length(True)
-        if n < 0:
-            return None
-        return self.take(n)
+        n = self.uvarint() - 1 if self.flexible else self.int32()
+        return None if n < 0 else self.take(n)
 
     def array_length(self) -> int:
         """The item count of a non-nullable array, refused when more items than bytes remain
         (every item takes at least one byte)."""
-        n = self._length(True)
+        n = self.uvarint() - 1 if self.flexible else self.int32()
         if n < 0:
             raise self.error(f"bad array length {n} in a non-nullable array")
         if n > len(self.buf) - self.pos:
