@@ -31,14 +31,9 @@ from typing import Final
 
 Buffer = bytes | bytearray | memoryview
 
-I8: Final = struct.Struct(">b")
 I16: Final = struct.Struct(">h")
 I32: Final = struct.Struct(">i")
 I64: Final = struct.Struct(">q")
-U32: Final = struct.Struct(">I")
-
-MAX_UVARINT_BYTES: Final = 5
-MAX_VARLONG_BYTES: Final = 10
 
 
 class WireError(ValueError):
@@ -60,7 +55,7 @@ def read_uvarint(buf: Buffer, pos: int, error: type[ValueError] = WireError) -> 
             if b < 0x80:
                 return result, pos
             shift += 7
-            if shift >= 35:  # 7 * MAX_UVARINT_BYTES
+            if shift >= 35:  # a fifth byte with its high bit set
                 raise error("varint longer than 5 bytes")
     except IndexError:
         raise error("truncated varint") from None
@@ -107,7 +102,7 @@ def read_varint(buf: Buffer, pos: int, error: type[ValueError] = WireError) -> t
             if b < 0x80:
                 return (result >> 1) ^ -(result & 1), pos
             shift += 7
-            if shift >= 70:  # 7 * MAX_VARLONG_BYTES
+            if shift >= 70:  # a tenth byte with its high bit set
                 raise error("varint longer than 10 bytes")
     except IndexError:
         raise error("truncated varint") from None
@@ -146,10 +141,6 @@ class Reader:
         self.flexible = flexible
         self.error = error
 
-    @property
-    def remaining(self) -> int:
-        return len(self.buf) - self.pos
-
     def _truncated(self, n: int) -> ValueError:
         return self.error(f"truncated: need {n} bytes at {self.pos}, have {len(self.buf) - self.pos}")
 
@@ -160,13 +151,6 @@ class Reader:
             raise self._truncated(n)
         self.pos = end
         return self.buf[pos:end]
-
-    def int8(self) -> int:
-        pos = self.pos
-        if pos + 1 > len(self.buf):
-            raise self._truncated(1)
-        self.pos = pos + 1
-        return int(I8.unpack_from(self.buf, pos)[0])
 
     def int16(self) -> int:
         pos = self.pos
@@ -250,9 +234,6 @@ class Writer:
         self.buf = bytearray()
         self.flexible = flexible
         self.error = error
-
-    def int8(self, n: int) -> None:
-        self.buf += I8.pack(n)
 
     def int16(self, n: int) -> None:
         self.buf += I16.pack(n)
