@@ -299,23 +299,20 @@ def encode_batch(
             max_ts = rec.timestamp
         _encode_record(body, rec, base, base_ts)
     attributes = (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
-    header = BatchHeader(
-        0,
-        base,
-        0,
-        partition_leader_epoch,
-        MAGIC,
-        0,
-        attributes,
-        records[-1].offset - base,
-        base_ts,
-        max_ts,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        len(records),
+    after_crc = (
+        _AFTER_CRC.pack(
+            attributes,
+            records[-1].offset - base,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+        + body
     )
-    return assemble_batch(header, body)
+    return _with_prefix(after_crc, base, partition_leader_epoch, MAGIC, None)
 
 
 def assemble_batch(header: BatchHeader, payload: bytes | bytearray, *, crc: int | None = None) -> bytes:
@@ -335,15 +332,14 @@ def assemble_batch(header: BatchHeader, payload: bytes | bytearray, *, crc: int 
         )
         + payload
     )
+    return _with_prefix(after_crc, header.base_offset, header.partition_leader_epoch, header.magic, crc)
+
+
+def _with_prefix(after_crc: bytes, base_offset: int, leader_epoch: int, magic: int, crc: int | None) -> bytes:
+    """baseOffset, batchLength, partitionLeaderEpoch, magic and CRC in front of the CRC'd bytes."""
     batch_length = len(after_crc) + (CRC_START - LOG_OVERHEAD)
     return (
-        _PREFIX.pack(
-            header.base_offset,
-            batch_length,
-            header.partition_leader_epoch,
-            header.magic,
-            crc32c(after_crc) if crc is None else crc,
-        )
+        _PREFIX.pack(base_offset, batch_length, leader_epoch, magic, crc32c(after_crc) if crc is None else crc)
         + after_crc
     )
 
@@ -524,7 +520,7 @@ def decode_records(
             else:
                 length, pos = read_varint(data, pos)
             end = pos + length
-            if length < MIN_RECORD_SIZE - 1 or end > n:
+            if length < 6 or end > n:  # 6: MIN_RECORD_SIZE without its length byte
                 raise CorruptBatchError(f"bad record length {length} in batch at {h.position}", h.position)
             pos += 1  # attributes
             b = data[pos]
@@ -630,7 +626,7 @@ def iter_record_times(
             else:
                 length, pos = read_varint(data, pos)
             end = pos + length
-            if length < MIN_RECORD_SIZE - 1 or end > n:
+            if length < 6 or end > n:  # 6: MIN_RECORD_SIZE without its length byte
                 raise CorruptBatchError(f"bad record length {length} in batch at {where}", where)
             p = pos + 1  # attributes
             b = data[p]

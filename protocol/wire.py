@@ -31,14 +31,9 @@ from typing import Final
 
 Buffer = bytes | bytearray | memoryview
 
-I8: Final = struct.Struct(">b")
 I16: Final = struct.Struct(">h")
 I32: Final = struct.Struct(">i")
 I64: Final = struct.Struct(">q")
-U32: Final = struct.Struct(">I")
-
-MAX_UVARINT_BYTES: Final = 5
-MAX_VARLONG_BYTES: Final = 10
 
 
 class WireError(ValueError):
@@ -50,20 +45,20 @@ class WireError(ValueError):
 
 def read_uvarint(buf: Buffer, pos: int, error: type[ValueError] = WireError) -> tuple[int, int]:
     """An unsigned varint (at most 5 bytes) at ``pos``: (value, position after it)."""
-    end = len(buf)
     result = 0
     shift = 0
-    while True:
-        if pos >= end:
-            raise error("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 7 * MAX_UVARINT_BYTES:
-            raise error("varint longer than 5 bytes")
+    try:
+        while True:
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return result, pos
+            shift += 7
+            if shift >= 35:  # a fifth byte with its high bit set
+                raise error("varint longer than 5 bytes")
+    except IndexError:
+        raise error("truncated varint") from None
 
 
 def uvarint(value: int) -> bytes:
@@ -82,8 +77,13 @@ def write_uvarint(value: int, out: bytearray) -> None:
 
 
 def write_varint(n: int, out: bytearray) -> None:
-    """Append a signed (zig-zag) varint or varlong to ``out``."""
-    write_uvarint(((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF, out)
+    """Append a signed (zig-zag) varint or varlong to ``out`` (the zig-zag mapping of Kafka's
+    ``(n << 1) ^ (n >> 63)`` on 64 bits, then an unsigned varint)."""
+    v = ((n << 1) ^ (n >> 63)) & 0xFFFFFFFFFFFFFFFF
+    while v > 0x7F:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
 
 
 def read_varint(buf: Buffer, pos: int, error: type[ValueError] = WireError) -> tuple[int, int]:
@@ -92,20 +92,20 @@ def read_varint(buf: Buffer, pos: int, error: type[ValueError] = WireError) -> t
     Record fields hold varints (32-bit) and varlongs (64-bit); both read here, the caller
     checks the range a field allows.
     """
-    end = len(buf)
     result = 0
     shift = 0
-    while True:
-        if pos >= end:
-            raise error("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift >= 7 * MAX_VARLONG_BYTES:
-            raise error("varint longer than 10 bytes")
+    try:
+        while True:
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return (result >> 1) ^ -(result & 1), pos
+            shift += 7
+            if shift >= 70:  # a tenth byte with its high bit set
+                raise error("varint longer than 10 bytes")
+    except IndexError:
+        raise error("truncated varint") from None
 
 
 def skip_tagged_fields(buf: Buffer, pos: int, error: type[ValueError] = WireError) -> int:
@@ -125,7 +125,11 @@ def skip_tagged_fields(buf: Buffer, pos: int, error: type[ValueError] = WireErro
 
 class Reader:
     """Reads fields in order from ``buf`` starting at ``pos``; ``flexible`` selects the compact
-    forms.  Errors are ``error`` (a ValueError subclass chosen by the format being read)."""
+    forms.  Errors are ``error`` (a ValueError subclass chosen by the format being read).
+
+    Written for speed (the pipeline and start-up replay read millions of fields): fixed-size
+    fields are unpacked in place, and each method reads its length itself.
+    """
 
     __slots__ = ("buf", "error", "flexible", "pos")
 
@@ -137,29 +141,37 @@ class Reader:
         self.flexible = flexible
         self.error = error
 
-    @property
-    def remaining(self) -> int:
-        return len(self.buf) - self.pos
+    def _truncated(self, n: int) -> ValueError:
+        return self.error(f"truncated: need {n} bytes at {self.pos}, have {len(self.buf) - self.pos}")
 
     def take(self, n: int) -> bytes:
-        end = self.pos + n
+        pos = self.pos
+        end = pos + n
         if n < 0 or end > len(self.buf):
-            raise self.error(f"truncated: need {n} bytes at {self.pos}, have {len(self.buf) - self.pos}")
-        out = self.buf[self.pos : end]
+            raise self._truncated(n)
         self.pos = end
-        return out
-
-    def int8(self) -> int:
-        return int(I8.unpack(self.take(1))[0])
+        return self.buf[pos:end]
 
     def int16(self) -> int:
-        return int(I16.unpack(self.take(2))[0])
+        pos = self.pos
+        if pos + 2 > len(self.buf):
+            raise self._truncated(2)
+        self.pos = pos + 2
+        return int(I16.unpack_from(self.buf, pos)[0])
 
     def int32(self) -> int:
-        return int(I32.unpack(self.take(4))[0])
+        pos = self.pos
+        if pos + 4 > len(self.buf):
+            raise self._truncated(4)
+        self.pos = pos + 4
+        return int(I32.unpack_from(self.buf, pos)[0])
 
     def int64(self) -> int:
-        return int(I64.unpack(self.take(8))[0])
+        pos = self.pos
+        if pos + 8 > len(self.buf):
+            raise self._truncated(8)
+        self.pos = pos + 8
+        return int(I64.unpack_from(self.buf, pos)[0])
 
     def int32_array(self, n: int) -> tuple[int, ...]:
         """``n`` consecutive int32 values (the items of an INT32 array whose count was read)."""
@@ -169,48 +181,38 @@ class Reader:
         value, self.pos = read_uvarint(self.buf, self.pos, self.error)
         return value
 
-    def _length(self, wide: bool) -> int:
-        """A length: compact (uvarint - 1) when flexible, else int32 (``wide``) or int16."""
-        if self.flexible:
-            return self.uvarint() - 1
-        return self.int32() if wide else self.int16()
-
-    def _utf8(self, raw: bytes) -> str:
+    def _text(self, n: int) -> str:
         try:
-            return raw.decode("utf-8")
+            return self.take(n).decode("utf-8")
         except UnicodeDecodeError as e:
             raise self.error(f"invalid UTF-8 in string: {e}") from None
 
     def string(self) -> str:
-        n = self._length(False)
+        n = self.uvarint() - 1 if self.flexible else self.int16()
         if n < 0:
             raise self.error("null in a non-nullable string")
-        return self._utf8(self.take(n))
+        return self._text(n)
 
     def nullable_string(self) -> str | None:
         """Any negative length is null, as in Kafka's generated readers."""
-        n = self._length(False)
-        if n < 0:
-            return None
-        return self._utf8(self.take(n))
+        n = self.uvarint() - 1 if self.flexible else self.int16()
+        return None if n < 0 else self._text(n)
 
     def bytes_(self) -> bytes:
-        n = self._length(True)
+        n = self.uvarint() - 1 if self.flexible else self.int32()
         if n < 0:
             raise self.error("null in a non-nullable bytes field")
         return self.take(n)
 
     def nullable_bytes(self) -> bytes | None:
         """Any negative length is null, as in Kafka's generated readers."""
-        n = self._length(True)
-        if n < 0:
-            return None
-        return self.take(n)
+        n = self.uvarint() - 1 if self.flexible else self.int32()
+        return None if n < 0 else self.take(n)
 
     def array_length(self) -> int:
         """The item count of a non-nullable array, refused when more items than bytes remain
         (every item takes at least one byte)."""
-        n = self._length(True)
+        n = self.uvarint() - 1 if self.flexible else self.int32()
         if n < 0:
             raise self.error(f"bad array length {n} in a non-nullable array")
         if n > len(self.buf) - self.pos:
@@ -232,9 +234,6 @@ class Writer:
         self.buf = bytearray()
         self.flexible = flexible
         self.error = error
-
-    def int8(self, n: int) -> None:
-        self.buf += I8.pack(n)
 
     def int16(self, n: int) -> None:
         self.buf += I16.pack(n)
@@ -263,9 +262,13 @@ class Writer:
 
     def string(self, s: str) -> None:
         raw = s.encode("utf-8")
-        if not self.flexible and len(raw) > 0x7FFF:
-            raise self.error(f"string of {len(raw)} bytes is longer than 32767")
-        self._length(len(raw), False)
+        n = len(raw)
+        if self.flexible:
+            write_uvarint(n + 1, self.buf)
+        elif n > 0x7FFF:
+            raise self.error(f"string of {n} bytes is longer than 32767")
+        else:
+            self.buf += I16.pack(n)
         self.buf += raw
 
     def nullable_string(self, s: str | None) -> None:

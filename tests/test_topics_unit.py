@@ -20,7 +20,10 @@ from rallypoint.topics import TopicError, TopicStore
 from rallypoint.topics.fetch_sessions import ZERO_UUID, FetchSessionCache, PartitionRequest
 from rallypoint.topics.fetcher import ReadSpec, fetch, read_all
 from rallypoint.topics.log_validator import (
+    SLICE_RECORDS,
     BatchError,
+    Checked,
+    check_records,
     validate_client_batch,
     validate_client_records,
     validate_produce_records,
@@ -436,3 +439,13 @@ def test_list_offsets_by_timestamp_walks_one_batch() -> None:
     finally:
         partition_mod.iter_record_times = real
     assert len(calls) == 1
+
+
+def test_the_record_walk_comes_in_slices() -> None:
+    """check_records hands control back every SLICE_RECORDS records (the Produce handler lets other
+    connections run there), then gives its summary."""
+    big = batch(3 * SLICE_RECORDS + 5, value_size=1)
+    h = validate_client_batch(big, 0, len(big), 1 << 24)
+    steps = list(check_records(big, h, 1 << 24))
+    assert steps[:-1] == [None, None, None]
+    assert steps[-1] == Checked(1_700_000_000_000 + 3 * SLICE_RECORDS + 4, 3 * SLICE_RECORDS + 4)

@@ -25,7 +25,7 @@ import asyncio
 from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
-from rallypoint.protocol.records import ATTR_TRANSACTIONAL, MAGIC, CorruptBatchError, split_batches
+from rallypoint.protocol.records import ATTR_TRANSACTIONAL, MAGIC, BatchHeader, CorruptBatchError, split_batches
 
 from ..broker import CloseConnection, RequestContext
 from ..logger import get as get_logger
@@ -70,7 +70,7 @@ def _has_transactional_records(request: Any) -> bool:
     return False
 
 
-async def _walk_records(data: bytes, h: Any, max_uncompressed: int) -> Checked:
+async def _walk_records(data: bytes, h: BatchHeader, max_uncompressed: int) -> Checked:
     """Every record of the batch walked, letting other connections run between slices."""
     for step in check_records(data, h, max_uncompressed):
         if step is None:
