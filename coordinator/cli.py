@@ -121,7 +121,7 @@ def _run_subcommand(name: str, argv: list[str]) -> int:
     return func(argv)
 
 
-def _hide_hypothesis() -> None:
+def hide_hypothesis() -> None:
     """Keep kio from importing hypothesis in the broker process.
 
     kio registers hypothesis strategies for its primitive types at import time whenever
@@ -133,7 +133,7 @@ def _hide_hypothesis() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    _hide_hypothesis()
+    hide_hypothesis()
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in SUBCOMMANDS:
         return _run_subcommand(argv[0], argv[1:])
