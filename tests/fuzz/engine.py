@@ -82,6 +82,7 @@ class Settings:
     stall_s: float = 0.15
     triage: bool = True
     triage_budget_s: float = 900.0
+    verify_known: int = 0  # replay the first N skipped cases of each known defect (0: do not)
     save_dir: Path | None = None
     keep_going: bool = True  # restart the broker after a crash/memory finding and go on
     broker_config: dict[str, str] = field(default_factory=dict)
@@ -144,6 +145,8 @@ class Report:
     tracebacks: int = 0
     warnings: Counter[str] = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
+    known_confirmed: dict[str, list[int]] = field(default_factory=dict)  # defect -> [failing, replayed]
+    known_saved: list[str] = field(default_factory=list)
 
     @property
     def frames_per_s(self) -> float:
@@ -175,6 +178,8 @@ class Report:
             "tracebacks": self.tracebacks,
             "warnings": dict(self.warnings.most_common(12)),
             "findings": [f.summary() for f in self.findings],
+            "known_confirmed": self.known_confirmed,
+            "known_saved": self.known_saved,
         }
 
 
@@ -411,6 +416,7 @@ class FrameFuzzer:
         self._latencies_seen = 0
         self._hang_reported_for: float | None = None
         self._warm_up_window = (0.0, 0.0)
+        self.known_samples: dict[int, list[Sent]] = {}
         self._broker_down = False
         self._t0 = 0.0
 
@@ -422,6 +428,11 @@ class FrameFuzzer:
             hit = self._skipped(case.wire)
             if hit is not None:
                 self.report.skipped_known[f"defect {hit.number}"] += 1
+                samples = self.known_samples.setdefault(hit.number, [])
+                if len(samples) < self.s.verify_known:
+                    samples.append(
+                        Sent(self.mutator.cases, time.monotonic(), case.wire, case.ops, case.api, case.source)
+                    )
                 continue
             self.report.frames += 1
             self.report.bytes += len(case.wire)
@@ -663,6 +674,8 @@ class FrameFuzzer:
             self.broker.kill()
             if self.s.triage:
                 self.triage_all()
+            if self.s.verify_known:
+                self.verify_known_samples()
             return self.report
         finally:
             if self.probe is not None:
@@ -673,6 +686,46 @@ class FrameFuzzer:
             self._tmp.cleanup()
 
     # ------------------------------------------------------------------ triage
+
+    def verify_known_samples(self) -> None:
+        """Replay the first cases the known-defect filters skipped, each against a fresh broker:
+        the report says which classes still fail here (``known_confirmed``), and with a
+        ``save_dir`` the failing cases are written as regression cases.  A Produce case (defect 4:
+        a batch ListOffsets later walks) is followed by the corpus' ListOffsets frames."""
+        list_offsets = [f.wire() for f in self.mutator.corpus if f.api_key == 2]
+        saved: set[bytes] = set()
+        n = 0
+        for number, samples in sorted(self.known_samples.items()):
+            for sent in samples:
+                n += 1
+                wires = [sent.wire] + (list_offsets if sent.api[0] == 0 else [])
+                with FuzzBroker(self.base / f"verify{n}", self.s.broker_config).start() as b:
+                    r = replay(b, wires, self.s.rss_max_mb, self.s.probe_max_s)
+                failures = r.failures()
+                key = f"defect {number}"
+                self.report.known_confirmed.setdefault(key, [0, 0])
+                self.report.known_confirmed[key][1] += 1
+                if not failures:
+                    continue
+                self.report.known_confirmed[key][0] += 1
+                kinds = r.kinds()
+                kind = next((k for k in ("crash", "memory", "hang", "bystander-closed") if k in kinds), "traceback")
+                signature = r.problems[0].signature if r.problems else kind
+                f = Finding(
+                    kind, sent.at, "; ".join(failures), signature, next(d for d in KNOWN_DEFECTS if d.number == number)
+                )
+                f.api = _api_of(r.problems[0].fields) if r.problems else None
+                culprit = (
+                    [sent]
+                    if len(wires) == 1
+                    else [sent, *(Sent(0, sent.at, w, ["corpus"], _api_of_wire(w), "corpus") for w in list_offsets)]
+                )
+                wire = b"".join(c.wire for c in culprit)
+                if self.s.save_dir is not None and wire not in saved:
+                    saved.add(wire)
+                    f.saved = save_regression(self.s.save_dir, f, culprit)
+                    f.culprit = culprit
+                    self.report.known_saved.append(str(f.saved))
 
     def triage_all(self) -> None:
         """Triage, within ``triage_budget_s``, the first finding of each traceback signature and
@@ -979,6 +1032,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N,N|all",
         help="send cases of these known defects of known.py anyway (default: skip them all)",
     )
+    p.add_argument(
+        "--verify-known",
+        type=int,
+        default=0,
+        metavar="N",
+        help="replay the first N skipped cases of each known defect against fresh brokers (and save failing ones)",
+    )
     p.add_argument("--no-stable-group", action="store_true")
     p.add_argument("--no-triage", action="store_true")
     p.add_argument("--save-dir", type=Path, default=None, help=f"write triaged cases here (e.g. {REGRESSIONS_DIR})")
@@ -997,6 +1057,7 @@ def main(argv: list[str] | None = None) -> int:
         include_known=frozenset(int(n) for n in a.include_known.split(",") if n.strip().isdigit()),
         stable_group=not a.no_stable_group,
         triage=not a.no_triage,
+        verify_known=a.verify_known,
         save_dir=a.save_dir,
         keep_going=not a.stop_on_crash,
         progress_s=10.0,

@@ -235,7 +235,7 @@ class Mutator:
         if len(body) < 4:
             return "version(short)"
         (v,) = struct.unpack_from(">h", body, 2)
-        nv = max(-1, v + self.rng.choice((-3, -2, -1, 1, 2, 3)))
+        nv = max(-1, min(0x7FFF, v + self.rng.choice((-3, -2, -1, 1, 2, 3))))
         body[2:4] = struct.pack(">h", nv)
         return f"version={nv}"
 

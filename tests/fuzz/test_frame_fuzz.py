@@ -91,6 +91,15 @@ def test_mutator_is_deterministic_and_mutates() -> None:
     assert {"flip", "array_len", "str_len", "int", "size_lie", "join", "split", "version"} <= ops
 
 
+def test_mutator_survives_many_seeds() -> None:
+    """The mutator itself never fails (any operator on any frame, stacked on earlier ones)."""
+    corpus = load_corpus()
+    for seed in range(40):
+        m = Mutator(corpus, seed)
+        for _ in range(1_000):
+            assert len(m.case().wire) <= 2 * 1024 * 1024 + 4 * 5
+
+
 def test_log_watch_counts_warnings_and_catches_tracebacks() -> None:
     w = LogWatch({"g"})
     w.feed(json.dumps({"event": "closing connection: bad frame size", "level": "warning"}))
