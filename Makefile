@@ -41,3 +41,12 @@ crash:
 	RALLYPOINT_CRASH_KILLS=$(CRASH_KILLS) RALLYPOINT_CRASH_JSON=build/crash.json \
 		.venv/bin/python -m pytest -q -s -p no:cacheprovider -o timeout=3600 tests/crash/test_kill9.py::test_kill9_commit_storm
 .PHONY: crash
+
+# The long frame-fuzzing run (docs/reliability.md, "Fuzzing"): FUZZ_FRAMES mutated frames
+# (default 1,000,000) against a broker, a Stable group and a probe; the JSON report goes to
+# build/fuzz-report.json and triaged findings to build/fuzz-findings/.  More: ARGS="--help".
+.PHONY: fuzz
+fuzz: setup
+	mkdir -p build
+	nice .venv/bin/python -m tests.fuzz.engine --frames $${FUZZ_FRAMES:-1000000} \
+		--report build/fuzz-report.json --save-dir build/fuzz-findings $(ARGS)
