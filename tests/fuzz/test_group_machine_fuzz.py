@@ -54,11 +54,12 @@ from rallypoint.groups.events import (
     SyncResult,
     Transition,
 )
-from rallypoint.groups.state import VALID_PREVIOUS_STATES, GroupConfig, GroupMachine, GroupState
+from rallypoint.groups.coordinator import GroupCoordinator as GroupMachine
+from rallypoint.groups.model import VALID_PREVIOUS_STATES, GroupConfig, GroupState
 
 # JoinGroup listing one protocol name twice wedges a group (issue 14 defect 8, fixed on branch
 # groups-split).  Set to True once that branch is merged: the machine then sends such joins too.
-ALLOW_DUPLICATE_PROTOCOLS = False
+ALLOW_DUPLICATE_PROTOCOLS = True
 # ---------------------------------------------------------------------------------------------
 
 E = ErrorCode
@@ -304,7 +305,7 @@ class GroupMachineFuzz(RuleBasedStateMachine):
     @rule(data=st.data(), early=st.booleans())
     def fire_one_timer(self, data: st.DataObject, early: bool) -> None:
         """One armed timer fires, out of deadline order (or before its deadline: ignored)."""
-        timers = sorted(self.m.armed_timers().items())
+        timers = sorted(self.m.armed_timers().items(), key=lambda kv: kv[0].sort_key())
         if not timers:
             return
         key, deadline = data.draw(st.sampled_from(timers))
@@ -346,9 +347,12 @@ class GroupMachineFuzz(RuleBasedStateMachine):
     # ----------------------------------------------------------------------- the end
 
     def teardown(self) -> None:
-        """Clients go quiet; every write completes; time runs on: nothing stays parked."""
         event(f"reached Stable: {'Stable' in self.reached}")
         event(f"a write failed: {self.failed_writes > 0}")
+        self.settle()
+
+    def settle(self) -> None:
+        """Clients go quiet; every write completes; time runs on: nothing stays parked."""
         for _ in range(40):
             while self.persists:
                 p = self.persists.pop(0)
@@ -372,9 +376,6 @@ TestGroupMachineFuzz.settings = settings(
 )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 14 defect 8 (JoinGroup listing the same protocol twice), fixed on branch groups-split"
-)
 def test_duplicate_protocol_names_do_not_wedge_the_group() -> None:
     """Defect 8 at the machine level: the join timer must not raise, and the join is answered."""
     fuzz = GroupMachineFuzz()
@@ -394,4 +395,4 @@ def test_duplicate_protocol_names_do_not_wedge_the_group() -> None:
     token = fuzz.send("join", 1, lambda t: fuzz.m.join(t, req, fuzz.now))
     fuzz.advance(1)  # the join timer of the initial rebalance fires
     assert token in fuzz.answered
-    fuzz.teardown()
+    fuzz.settle()

@@ -181,11 +181,6 @@ def test_record_batch_reader_on_garbage(data: bytes, verify: bool) -> None:
             pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 14 bounded resources: a gzip batch is decompressed without a bound "
-    "(protocol/records.py, branch codec-storage)",
-)
 def test_gzip_decompression_bomb_is_bounded() -> None:
     """A 64 MB run of zeros compresses to ~64 KB: reading it must not allocate its full size."""
     records = [Record(0, 1000, None, b"\x00" * (64 * 1024 * 1024))]
