@@ -32,6 +32,8 @@ from tests.fuzz.known import KNOWN_DEFECTS, KnownDefect, match_frame
 from tests.fuzz.layout import layout, write_uvarint
 from tests.fuzz.mutate import Mutator
 
+pytestmark = [pytest.mark.wire, pytest.mark.slow]
+
 QUICK_FRAMES = int(os.environ.get("FUZZ_QUICK_FRAMES", 30_000))
 QUICK_SECONDS = float(os.environ.get("FUZZ_QUICK_SECONDS", 120))
 QUICK_SEED = int(os.environ.get("FUZZ_SEED", 14))

@@ -24,6 +24,8 @@ from tests.fuzz.broker import FuzzBroker
 from tests.fuzz.engine import call, replay
 from tests.fuzz.frames import REGRESSIONS_DIR, case_wires, regression_cases
 
+pytestmark = [pytest.mark.wire, pytest.mark.slow]
+
 RSS_MAX_MB = 256
 PROBE_MAX_S = 2.0
 

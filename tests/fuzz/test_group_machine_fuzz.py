@@ -37,6 +37,7 @@ from rallypoint.protocol.errors import ErrorCode
 # the modules move).  Public event methods used: GroupMachine.start / join / sync / heartbeat /
 # leave / commit_offsets / timer_fired / advance / persist_done / armed_timers, and the
 # ``groups`` mapping (group.state / generation / leader_id / members / protocol_name).
+from rallypoint.groups.coordinator import GroupCoordinator as GroupMachine
 from rallypoint.groups.events import (
     CommitPartition,
     CommitRequest,
@@ -54,8 +55,9 @@ from rallypoint.groups.events import (
     SyncResult,
     Transition,
 )
-from rallypoint.groups.coordinator import GroupCoordinator as GroupMachine
 from rallypoint.groups.model import VALID_PREVIOUS_STATES, GroupConfig, GroupState
+
+pytestmark = [pytest.mark.unit, pytest.mark.slow]
 
 # JoinGroup listing one protocol name twice wedges a group (issue 14 defect 8, fixed on branch
 # groups-split).  Set to True once that branch is merged: the machine then sends such joins too.

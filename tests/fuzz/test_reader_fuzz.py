@@ -36,6 +36,7 @@ from rallypoint.protocol.offsets_schema import (
     encode_record,
 )
 from rallypoint.protocol.records import (
+    DEFAULT_MAX_UNCOMPRESSED,
     Record,
     RecordBatch,
     RecordsError,
@@ -47,6 +48,8 @@ from rallypoint.protocol.records import (
 from rallypoint.storage.loader import StateBuilder
 from rallypoint.storage.recovery import replay_partition
 from rallypoint.storage.segments import CorruptLogError, partition_dir, segment_name
+
+pytestmark = [pytest.mark.unit, pytest.mark.slow]
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 TIME_BOUND_S = 2.0
@@ -182,15 +185,13 @@ def test_record_batch_reader_on_garbage(data: bytes, verify: bool) -> None:
 
 
 def test_gzip_decompression_bomb_is_bounded() -> None:
-    """A 64 MB run of zeros compresses to ~64 KB: reading it must not allocate its full size."""
-    records = [Record(0, 1000, None, b"\x00" * (64 * 1024 * 1024))]
+    """A 256 MB run of zeros compresses to ~256 KB: reading it is refused once the payload passes
+    the readers' bound (DEFAULT_MAX_UNCOMPRESSED, 64 MiB), never allocating the whole of it."""
+    records = [Record(0, 1000, None, b"\x00" * (256 * 1024 * 1024))]
     bomb = gzip_batch(records)
-    assert len(bomb) < 200_000
-    with Bounded(16 * 1024 * 1024):
-        try:
-            list(iter_batches(bomb))
-        except RecordsError:
-            pass
+    assert len(bomb) < 600_000
+    with Bounded(3 * DEFAULT_MAX_UNCOMPRESSED), pytest.raises(RecordsError):
+        list(iter_batches(bomb))
 
 
 # ------------------------------------------------------------------------ offsets log files
