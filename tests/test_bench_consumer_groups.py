@@ -10,7 +10,7 @@ import pytest
 
 from tests.support import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.wire, pytest.mark.slow]
 
 
 def test_consumer_groups_bench_runs() -> None:

@@ -12,7 +12,7 @@ import pytest
 from bench.load import healthy, rows
 from tests.support import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.wire, pytest.mark.slow]
 
 
 def test_load_bench_runs(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from tests.crash.tap import Ledger, batch_record_counts, end_regressions, lost_commits, repeated_offsets
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.unit, pytest.mark.slow]
 
 
 def _batch(n: int) -> bytes:

@@ -28,7 +28,7 @@ from rallypoint.topics.partition import PartitionLog
 
 from tests.support import BrokerProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.clients, pytest.mark.slow]
 
 MAX = 1048588
 

@@ -29,7 +29,7 @@ from rallypoint.storage import offsets_log as offsets_log_mod
 from rallypoint.storage.recovery import replay_partition
 from rallypoint.storage.segments import partition_dir
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.unit, pytest.mark.slow]
 
 WAIT = 10.0
 PARTITIONS = 2
