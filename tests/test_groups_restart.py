@@ -1,4 +1,5 @@
-"""Groups and offsets across a broker restart, through the offsets log (spec §A.13, §B.3).
+"""Groups and offsets across a broker restart, through the offsets log (docs/groups.md,
+"Loading and unloading"; docs/offsets-log-format.md, "Recovery at start-up").
 
 Runs when the broker has the ``offsets_log`` component (the offsets-log work); until then it
 is skipped.

@@ -1,5 +1,6 @@
 """The group APIs on the wire, version by version, against a real broker process (raw protocol
-client): what each version puts where (§A.2-A.12, checklist F10-F12)."""
+client): what each version puts where (docs/groups.md, "JoinGroup" through "DescribeGroups and
+ListGroups")."""
 
 from __future__ import annotations
 
