@@ -60,8 +60,13 @@ from .segments import Segment, fsync_dir, partition_dir, segment_name
 log = get_logger("rallypoint.offsets_log")
 
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
-# The segment writes go through this name, so fault tests can fail them (tests/crash/test_write_faults.py).
-_write: Callable[[int, memoryview], int] = os.write
+
+
+def _write(fd: int, data: memoryview) -> int:
+    """Every segment write goes through here, so fault tests can fail it
+    (tests/crash/test_write_faults.py)."""
+    return os.write(fd, data)
+
 
 LOCK_FILE = "__consumer_offsets.lock"
 
