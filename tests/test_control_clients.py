@@ -25,7 +25,7 @@ from tests.support import ROOT, BrokerProcess
 
 pytestmark = pytest.mark.clients
 
-CONSUMER = ROOT / "tests" / "clients" / "group_consumer.py"
+CONSUMER = ROOT / "tests" / "support" / "consumer_member.py"
 T = TypeVar("T")
 
 
@@ -93,7 +93,7 @@ def consume(c: Any, count: int, timeout: float) -> list[Any]:
 
 
 class Member:
-    """A group member in its own process (tests/clients/group_consumer.py)."""
+    """A group member in its own process (tests/support/consumer_member.py)."""
 
     def __init__(self, client: str, b: BrokerProcess, group: str, topics: str, name: str, **opts: Any) -> None:
         self.name = name

@@ -277,7 +277,7 @@ def test_image_serves_clients_and_keeps_offsets_across_restart(
     assert conf["Config"]["User"] == "10001:10001"
     assert "rallypoint probe" in " ".join(conf["Healthcheck"]["Test"]), "HEALTHCHECK lost (OCI format?)"
     assert list(conf["Config"]["Volumes"]) == [DATA_VOLUME]
-    assert list(conf["Config"]["ExposedPorts"]) == ["9092/tcp"]
+    assert sorted(conf["Config"]["ExposedPorts"]) == ["9092/tcp", "9644/tcp"]  # Kafka, control plane
     assert ctr.exec("id", "-u").stdout.strip() == "10001"
     pid1 = ctr.exec("cat", "/proc/1/cmdline").stdout.replace("\0", " ")
     assert "/opt/rallypoint/bin/rallypoint" in pid1, f"PID 1 is not the broker: {pid1}"

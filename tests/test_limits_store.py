@@ -234,9 +234,9 @@ async def test_metadata_changes_share_one_write_done_off_the_loop(tmp_path: Path
     writes: list[str] = []
     real_write = store._write
 
-    def spy(state: dict[str, Any], generation: int) -> None:
+    def spy(state: dict[str, Any], generation: int, reserved: Any) -> None:
         writes.append(threading.current_thread().name)
-        real_write(state, generation)
+        real_write(state, generation, reserved)
 
     store._write = spy  # type: ignore[method-assign]
     for i in range(200):
@@ -255,9 +255,9 @@ async def test_a_change_made_during_a_write_gets_its_own(tmp_path: Path) -> None
     gate = threading.Event()
     real_write = store._write
 
-    def slow(state: dict[str, Any], generation: int) -> None:
+    def slow(state: dict[str, Any], generation: int, reserved: Any) -> None:
         gate.wait(5)
-        real_write(state, generation)
+        real_write(state, generation, reserved)
 
     store._write = slow  # type: ignore[method-assign]
     store.create("first", 1)

@@ -188,7 +188,6 @@ class FuzzBroker:
 
     def start(self) -> FuzzBroker:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         self.log = LogWatch(self.watch_groups)
         nice = self.nice
 
