@@ -187,6 +187,17 @@ KNOWN_EXAMPLES: dict[int, bytes] = {
         },
     ),
     9: _patch(_frame(3, 10, _topics(1)), "string", "name", b"\x00"),
+    101: _frame(
+        1,
+        12,
+        {
+            "max_wait": 0,
+            "min_bytes": 1,
+            "max_bytes": 2**31 - 1,
+            "session_epoch": -1,
+            "topics": [{"topic": "t", "partitions": [{"partition": 0, "partition_max_bytes": 2**20}] * 3}],
+        },
+    ),
 }
 
 
