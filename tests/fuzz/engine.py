@@ -63,6 +63,7 @@ from .frames import REGRESSIONS_DIR, Frame, load_corpus, split_frames, write_cas
 from .known import KNOWN_DEFECTS, KnownDefect, match_frame, match_problem
 from .mutate import Case, Mutator
 
+FUZZ_BROKER_CONFIG = {"log.retention.bytes": str(4 * 1024 * 1024)}
 STABLE_GROUP = "fuzz-stable"
 STABLE_TOPIC = "fuzz-stable"
 
@@ -82,10 +83,13 @@ class Settings:
     stall_s: float = 0.15
     triage: bool = True
     triage_budget_s: float = 900.0
-    verify_known: int = 0  # replay the first N skipped cases of each known defect (0: do not)
+    verify_known: int = 0  # replay the first N and the N largest skipped cases of each known defect
     save_dir: Path | None = None
     keep_going: bool = True  # restart the broker after a crash/memory finding and go on
-    broker_config: dict[str, str] = field(default_factory=dict)
+    # Produced data is kept in memory up to log.retention.bytes per partition (256 MB by
+    # default) and Fetch answers up to 55 MB: a long run would measure its own data, not the
+    # broker's handling of bad input.  The load suite (bench/) covers data volume.
+    broker_config: dict[str, str] = field(default_factory=lambda: dict(FUZZ_BROKER_CONFIG))
     progress_s: float = 0.0  # print a progress line every so many seconds (0: never)
     data_dir: Path | None = None
 
@@ -416,7 +420,7 @@ class FrameFuzzer:
         self._latencies_seen = 0
         self._hang_reported_for: float | None = None
         self._warm_up_window = (0.0, 0.0)
-        self.known_samples: dict[int, list[Sent]] = {}
+        self.known_samples: dict[int, tuple[list[Sent], list[Sent]]] = {}
         self._broker_down = False
         self._t0 = 0.0
 
@@ -427,12 +431,9 @@ class FrameFuzzer:
             case: Case = self.mutator.case()
             hit = self._skipped(case.wire)
             if hit is not None:
-                self.report.skipped_known[f"defect {hit.number}"] += 1
-                samples = self.known_samples.setdefault(hit.number, [])
-                if len(samples) < self.s.verify_known:
-                    samples.append(
-                        Sent(self.mutator.cases, time.monotonic(), case.wire, case.ops, case.api, case.source)
-                    )
+                self.report.skipped_known[hit.label] += 1
+                if self.s.verify_known:
+                    self._keep_sample(hit.number, case)
                 continue
             self.report.frames += 1
             self.report.bytes += len(case.wire)
@@ -555,7 +556,7 @@ class FrameFuzzer:
             self._problems_seen += 1
             known = match_problem(p.text)
             if known is not None and self.s.skip_known:
-                self.report.skipped_known[f"defect {known.number} (logged)"] += 1
+                self.report.skipped_known[f"{known.label} (logged)"] += 1
                 continue
             if not any(f.signature == p.signature for f in self.report.findings):
                 api = _api_of(p.fields)
@@ -606,6 +607,20 @@ class FrameFuzzer:
         worst = warm_up(self.broker, wires)
         self._warm_up_window = (start, time.monotonic() + 0.5)
         return worst
+
+    def _keep_sample(self, number: int, case: Case) -> None:
+        """Keep the first ``verify_known`` skipped cases of a defect and the ``verify_known``
+        largest (the largest are the most severe of the size-driven classes)."""
+        first, largest = self.known_samples.setdefault(number, ([], []))
+        sent = Sent(self.mutator.cases, time.monotonic(), case.wire, case.ops, case.api, case.source)
+        if len(first) < self.s.verify_known:
+            first.append(sent)
+        elif len(largest) < self.s.verify_known:
+            largest.append(sent)
+        else:
+            smallest = min(range(len(largest)), key=lambda i: len(largest[i].wire))
+            if len(sent.wire) > len(largest[smallest].wire):
+                largest[smallest] = sent
 
     def _skipped(self, wire: bytes) -> KnownDefect | None:
         """The known defect a case triggers, if this run skips that defect."""
@@ -695,14 +710,14 @@ class FrameFuzzer:
         list_offsets = [f.wire() for f in self.mutator.corpus if f.api_key == 2]
         saved: set[bytes] = set()
         n = 0
-        for number, samples in sorted(self.known_samples.items()):
-            for sent in samples:
+        for number, (first, largest) in sorted(self.known_samples.items()):
+            for sent in first + largest:
                 n += 1
                 wires = [sent.wire] + (list_offsets if sent.api[0] == 0 else [])
                 with FuzzBroker(self.base / f"verify{n}", self.s.broker_config).start() as b:
                     r = replay(b, wires, self.s.rss_max_mb, self.s.probe_max_s)
                 failures = r.failures()
-                key = f"defect {number}"
+                key = next(d.label for d in KNOWN_DEFECTS if d.number == number)
                 self.report.known_confirmed.setdefault(key, [0, 0])
                 self.report.known_confirmed[key][1] += 1
                 if not failures:
@@ -1037,7 +1052,8 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=0,
         metavar="N",
-        help="replay the first N skipped cases of each known defect against fresh brokers (and save failing ones)",
+        help="replay the first N and the N largest skipped cases of each known defect against fresh brokers "
+        "(and save the failing ones)",
     )
     p.add_argument("--no-stable-group", action="store_true")
     p.add_argument("--no-triage", action="store_true")

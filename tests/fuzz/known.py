@@ -1,4 +1,4 @@
-"""Defects of issue 14 that the fuzzer finds and that are fixed on other branches.
+"""Defects the fuzzer finds that are fixed on other branches (issue 14), or not fixed yet.
 
 While those fixes are not merged here, a run *skips* the cases that would trigger them (the
 report counts them in ``skipped_known``) so that it still guards everything else, and the
@@ -40,8 +40,15 @@ class KnownDefect:
     problem: Callable[[str], bool] | None = None
 
     @property
+    def label(self) -> str:
+        """``issue 14 defect N``, or ``fuzz finding N`` for a class the fuzzer found beyond issue 14
+        (numbered from 101)."""
+        return f"issue 14 defect {self.number}" if self.number < 100 else f"fuzz finding {self.number}"
+
+    @property
     def reason(self) -> str:
-        return f"issue 14 defect {self.number} ({self.title}), fixed on branch {self.branch}"
+        where = f"fixed on branch {self.branch}" if self.branch else "not fixed on any branch yet"
+        return f"{self.label} ({self.title}), {where}"
 
 
 def _ints(lay: Layout, name: str) -> list[int]:
@@ -117,6 +124,18 @@ def _null_topic_name_v10_v11(lay: Layout) -> bool:
     )
 
 
+def _fetch_repeats_a_partition(lay: Layout) -> bool:
+    """A Fetch naming one partition several times: each copy is answered with the partition's
+    data (Kafka keys a fetch by partition, so a repeat replaces the earlier entry)."""
+    if lay.api_key != 1:
+        return False
+    seen: dict[int, int] = {}
+    for s in lay.spans:
+        if s.kind == "int32" and s.name == "partition":
+            seen[s.value] = seen.get(s.value, 0) + 1
+    return any(n > 2 for n in seen.values())
+
+
 KNOWN_DEFECTS: list[KnownDefect] = [
     KnownDefect(1, "limits", "CreateTopics/CreatePartitions with millions of partitions", frame=_huge_partitions),
     KnownDefect(3, "limits", "one topics.json rewrite per created topic", frame=_many_topics_created),
@@ -136,6 +155,12 @@ KNOWN_DEFECTS: list[KnownDefect] = [
     KnownDefect(7, "limits", "a null non-nullable array is decoded as None", frame=_null_array),
     KnownDefect(8, "groups-split", "JoinGroup listing the same protocol twice", frame=_duplicate_protocols),
     KnownDefect(9, "limits", "Metadata v10/v11 with a null topic name", frame=_null_topic_name_v10_v11),
+    KnownDefect(
+        101,
+        "",
+        "a Fetch listing one partition N times is answered with its data N times, up to 55 MB",
+        frame=_fetch_repeats_a_partition,
+    ),
 ]
 
 

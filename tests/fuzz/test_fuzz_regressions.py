@@ -14,14 +14,17 @@ here until those are merged): flip an entry (delete it) when its branch is merge
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rallypoint.protocol import codec
+from rallypoint.protocol.records import Record, encode_batch
 
 from tests.fuzz.broker import FuzzBroker
-from tests.fuzz.engine import call, replay
+from tests.fuzz.engine import call, recv_frame, replay
 from tests.fuzz.frames import REGRESSIONS_DIR, case_wires, regression_cases
 
 pytestmark = [pytest.mark.wire, pytest.mark.slow]
@@ -29,7 +32,11 @@ pytestmark = [pytest.mark.wire, pytest.mark.slow]
 RSS_MAX_MB = 256
 PROBE_MAX_S = 2.0
 
-# file name -> xfail reason.  Delete the entry once the branch named is merged.
+# A regression case -> why it fails here.  Delete an entry once its branch is merged (the case
+# must then pass: strict xfail).
+D1 = "issue 14 defect 1 (CreateTopics/CreatePartitions with millions of partitions), fixed on branch limits"
+D7 = "issue 14 defect 7 (a null non-nullable array is decoded as None), fixed on branch limits"
+D9 = "issue 14 defect 9 (Metadata v10/v11 with a null topic name), fixed on branch limits"
 KNOWN_FAILING: dict[str, str] = {}
 
 
@@ -101,3 +108,38 @@ def test_regression_case(case: Path, brokers: Brokers) -> None:
     if failures:
         brokers.fresh()
     assert not failures, f"{case.name}: " + "; ".join(failures)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="fuzz finding 101 (a Fetch listing one partition N times is answered with its data N times), "
+    "not fixed on any branch yet",
+)
+@pytest.mark.timeout(120)
+def test_fetch_listing_a_partition_many_times_is_answered_once(tmp_path: Path) -> None:
+    """Found by the quick run (seed 32: RSS spikes to 269 MB). Kafka keys a fetch by partition
+    (``FetchRequest.fetchData``), so a partition listed 40 times is answered once; here each
+    copy carries the partition's data, up to the 55 MB fetch cap: a 1.4 KB request, a ~55 MB
+    answer, the broker's RSS from ~40 MB to ~250 MB."""
+    with FuzzBroker(tmp_path / "broker").start() as broker:
+        call(broker.address, 19, 7, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1}]})
+        batch = encode_batch([Record(0, 1_700_000_000_000, b"k", b"v" * 900_000)])
+        for _ in range(4):
+            produce = {
+                "acks": -1,
+                "timeout": 5000,
+                "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch}]}],
+            }
+            call(broker.address, 0, 9, produce)
+        partition = {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 2**31 - 1}
+        fetch = {
+            "max_wait": 0,
+            "min_bytes": 1,
+            "max_bytes": 2**31 - 1,
+            "session_epoch": -1,
+            "topics": [{"topic": "t", "partitions": [partition] * 40}],
+        }
+        with socket.create_connection(broker.address, timeout=30) as s:
+            s.sendall(codec.encode_request(1, 12, 1, fetch, "fuzz-regression"))
+            size = len(recv_frame(s))
+        assert size < 2 * 4 * len(batch), f"a {size}-byte answer for 4 batches of {len(batch)} bytes"
