@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from rallypoint.protocol import codec
 
-from tests.support import BrokerProcess, WireClient
+from tests.support import BrokerProcess, WireClient, wait_until
 
 pytestmark = [pytest.mark.wire, pytest.mark.slow]
 
@@ -210,7 +210,12 @@ def test_connections_beyond_the_limit_are_closed(tmp_path: Path, key: str) -> No
         extra = socket.create_connection((broker.host, broker.port), timeout=WAIT)
         assert closed_within(extra, WAIT)
         extra.close()
-        refused = [e for e in broker.events() if e.get("event") == "closing connection: too many connections"]
+        # the broker's log line is read by a thread of the launcher: wait for it (bounded)
+        refused = wait_until(
+            lambda: [e for e in broker.events() if e.get("event") == "closing connection: too many connections"],
+            WAIT,
+            "the refused connection's log line",
+        )
         assert len(refused) == 1 and refused[0]["level"] == "warning"
         kept.pop().close()
         deadline = time.monotonic() + WAIT
