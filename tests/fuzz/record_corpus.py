@@ -394,7 +394,7 @@ def select(frames: list[bytes], per_api: int) -> list[bytes]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=CORPUS_DIR)
-    p.add_argument("--per-api", type=int, default=8, help="variants kept per (API, version) per client")
+    p.add_argument("--per-api", type=int, default=6, help="variants kept per (API, version) per client")
     p.add_argument("--clients", default=",".join(CLIENTS))
     a = p.parse_args(argv)
     proxy = RecordingProxy()
