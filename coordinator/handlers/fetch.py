@@ -34,7 +34,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     by_id = version >= 13
     now = broker.clock.now_ms()
 
-    fetch_data: list[tuple[Key, PartitionRequest]] = []
+    # Keyed by partition as Kafka's FetchRequest.fetchData (a LinkedHashMap): a partition listed
+    # more than once is fetched and answered once, at its first position with its last values.
+    fetch_data: dict[Key, PartitionRequest] = {}
     for t in request.topics:
         if by_id:
             tid: uuid.UUID = t.topic_id
@@ -46,18 +48,13 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             tid = ZERO_UUID
         for p in t.partitions:
             key: Key = (tid if by_id else name, int(p.partition))
-            fetch_data.append(
-                (
-                    key,
-                    PartitionRequest(
-                        name,
-                        tid,
-                        int(p.partition),
-                        int(p.fetch_offset),
-                        int(p.partition_max_bytes),
-                        int(getattr(p, "current_leader_epoch", -1)),
-                    ),
-                )
+            fetch_data[key] = PartitionRequest(
+                name,
+                tid,
+                int(p.partition),
+                int(p.fetch_offset),
+                int(p.partition_max_bytes),
+                int(getattr(p, "current_leader_epoch", -1)),
             )
     forgotten: list[Key] = []
     for f in getattr(request, "forgotten_topics_data", ()):
@@ -76,7 +73,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         version,
         int(getattr(request, "session_id", 0)),
         int(getattr(request, "session_epoch", -1)),
-        fetch_data,
+        list(fetch_data.items()),
         forgotten,
         now,
     )

@@ -1,10 +1,12 @@
-"""Defects the fuzzer finds that are fixed on other branches (issue 14), or not fixed yet.
+"""Defect classes the fuzzer has found (issue 14's, and its own findings numbered from 101).
 
-While those fixes are not merged here, a run *skips* the cases that would trigger them (the
-report counts them in ``skipped_known``) so that it still guards everything else, and the
-regression cases that reproduce them are ``xfail(strict=True)`` in ``test_fuzz_regressions.py``.
-Once a branch is merged, delete its entries from :data:`KNOWN_DEFECTS`: the fuzzer then sends
-those cases again, and its regression cases must pass (flip them in the test file).
+:data:`DEFECT_CLASSES` is the catalogue, fixed or not.  While a class is not fixed on this
+branch, a run *skips* the cases that would trigger it (the report counts them in
+``skipped_known``) so that it still guards everything else, and the regression cases that
+reproduce it are ``xfail(strict=True)`` in ``test_fuzz_regressions.py``.  Once its fix is merged,
+mark the class ``fixed=True``: it leaves :data:`KNOWN_DEFECTS`, the fuzzer sends those cases
+again, and its regression cases must pass (flip them in the test file).  The filters of fixed
+classes stay, tested, so that ``--include-known`` and later triage can still name them.
 
 Each entry recognises its class from the request frames of a case (``frame``: a predicate over
 the frame's :class:`~tests.fuzz.layout.Layout`; arrays or tagged sections with more than
@@ -38,6 +40,7 @@ class KnownDefect:
     frame: Callable[[Layout], bool] | None = None
     oversized: Callable[[int, Oversized], bool] | None = None  # (api key, walk) -> is it this defect
     problem: Callable[[str], bool] | None = None
+    fixed: bool = False
 
     @property
     def label(self) -> str:
@@ -47,7 +50,10 @@ class KnownDefect:
 
     @property
     def reason(self) -> str:
-        where = f"fixed on branch {self.branch}" if self.branch else "not fixed on any branch yet"
+        if self.fixed:
+            where = "fixed"
+        else:
+            where = f"fixed on branch {self.branch}" if self.branch else "not fixed on any branch yet"
         return f"{self.label} ({self.title}), {where}"
 
 
@@ -136,32 +142,41 @@ def _fetch_repeats_a_partition(lay: Layout) -> bool:
     return any(n > 2 for n in seen.values())
 
 
-KNOWN_DEFECTS: list[KnownDefect] = [
-    KnownDefect(1, "limits", "CreateTopics/CreatePartitions with millions of partitions", frame=_huge_partitions),
-    KnownDefect(3, "limits", "one topics.json rewrite per created topic", frame=_many_topics_created),
-    KnownDefect(4, "codec-storage", "Produce accepts a batch whose records are never walked", frame=_unwalked_batch),
+DEFECT_CLASSES: list[KnownDefect] = [
+    KnownDefect(
+        1, "limits", "CreateTopics/CreatePartitions with millions of partitions", frame=_huge_partitions, fixed=True
+    ),
+    KnownDefect(3, "limits", "one topics.json rewrite per created topic", frame=_many_topics_created, fixed=True),
+    KnownDefect(
+        4, "codec-storage", "Produce accepts a batch whose records are never walked", frame=_unwalked_batch, fixed=True
+    ),
     KnownDefect(
         5,
         "limits",
         "decoding and answering grow with the element count",
         oversized=lambda _api, o: o.kind == "array",
+        fixed=True,
     ),
     KnownDefect(
         6,
         "limits",
         "a repeated tagged field decodes in quadratic time",
         oversized=lambda _api, o: o.kind == "tagged",
+        fixed=True,
     ),
-    KnownDefect(7, "limits", "a null non-nullable array is decoded as None", frame=_null_array),
-    KnownDefect(8, "groups-split", "JoinGroup listing the same protocol twice", frame=_duplicate_protocols),
-    KnownDefect(9, "limits", "Metadata v10/v11 with a null topic name", frame=_null_topic_name_v10_v11),
+    KnownDefect(7, "limits", "a null non-nullable array is decoded as None", frame=_null_array, fixed=True),
+    KnownDefect(8, "groups-split", "JoinGroup listing the same protocol twice", frame=_duplicate_protocols, fixed=True),
+    KnownDefect(9, "limits", "Metadata v10/v11 with a null topic name", frame=_null_topic_name_v10_v11, fixed=True),
     KnownDefect(
         101,
         "",
         "a Fetch listing one partition N times is answered with its data N times, up to 55 MB",
         frame=_fetch_repeats_a_partition,
+        fixed=True,
     ),
 ]
+# The classes a run skips: those not fixed here.
+KNOWN_DEFECTS: list[KnownDefect] = [d for d in DEFECT_CLASSES if not d.fixed]
 
 
 def classify(body: bytes, defects: list[KnownDefect] | None = None) -> KnownDefect | None:

@@ -29,7 +29,7 @@ from rallypoint.protocol.records import Record, encode_batch
 from tests.fuzz.broker import FuzzBroker, LogWatch
 from tests.fuzz.engine import STABLE_GROUP, Settings, StableGroup, recv_frame, run
 from tests.fuzz.frames import load_corpus
-from tests.fuzz.known import KNOWN_DEFECTS, KnownDefect, match_frame
+from tests.fuzz.known import DEFECT_CLASSES, KnownDefect, match_frame
 from tests.fuzz.layout import layout, write_uvarint
 from tests.fuzz.mutate import Mutator
 
@@ -208,16 +208,18 @@ def _fix_size(wire: bytes) -> bytes:
     return struct.pack(">i", len(wire) - 4) + wire[4:]
 
 
-@pytest.mark.parametrize("defect", KNOWN_DEFECTS, ids=lambda d: f"defect{d.number}")
+@pytest.mark.parametrize("defect", DEFECT_CLASSES, ids=lambda d: f"defect{d.number}")
 def test_known_defect_filters_recognise_their_class(defect: KnownDefect) -> None:
     """Each filter of known.py recognises a frame of its class, and no other filter does."""
     example = _fix_size(KNOWN_EXAMPLES[defect.number])
-    assert match_frame(example) is defect
+    assert match_frame(example, DEFECT_CLASSES) is defect
 
 
 def test_known_defect_filters_let_the_corpus_through() -> None:
     for f in load_corpus():
-        assert match_frame(f.wire()) is None, f"corpus frame {f.source} {f.api_key}v{f.api_version} filtered"
+        assert match_frame(f.wire(), DEFECT_CLASSES) is None, (
+            f"corpus frame {f.source} {f.api_key}v{f.api_version} filtered"
+        )
 
 
 @pytest.mark.clients

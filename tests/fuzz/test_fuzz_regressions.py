@@ -34,9 +34,6 @@ PROBE_MAX_S = 2.0
 
 # A regression case -> why it fails here.  Delete an entry once its branch is merged (the case
 # must then pass: strict xfail).
-D1 = "issue 14 defect 1 (CreateTopics/CreatePartitions with millions of partitions), fixed on branch limits"
-D7 = "issue 14 defect 7 (a null non-nullable array is decoded as None), fixed on branch limits"
-D9 = "issue 14 defect 9 (Metadata v10/v11 with a null topic name), fixed on branch limits"
 KNOWN_FAILING: dict[str, str] = {}
 
 
@@ -110,11 +107,6 @@ def test_regression_case(case: Path, brokers: Brokers) -> None:
     assert not failures, f"{case.name}: " + "; ".join(failures)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fuzz finding 101 (a Fetch listing one partition N times is answered with its data N times), "
-    "not fixed on any branch yet",
-)
 @pytest.mark.timeout(120)
 def test_fetch_listing_a_partition_many_times_is_answered_once(tmp_path: Path) -> None:
     """Found by the quick run (seed 32: RSS spikes to 269 MB). Kafka keys a fetch by partition
