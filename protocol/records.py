@@ -53,7 +53,7 @@ import mmap
 import os
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Final, NamedTuple
+from typing import Final, Literal, NamedTuple, overload
 
 from crc32c import crc32c
 
@@ -493,120 +493,49 @@ def records_payload(
 def decode_records(
     buf: bytes | memoryview | mmap.mmap, h: BatchHeader, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
 ) -> tuple[Record, ...]:
-    """The records of the batch ``h`` (a header read from the same ``buf``), keys and values
-    copied.  The framing rules are those of :func:`iter_record_times`; this loop also slices
-    keys, values and headers, and is kept separate because start-up replay runs it for every
-    record of the offsets log."""
+    """The records of the batch ``h`` (a header read from the same ``buf``), keys, values and
+    headers copied.  Framing rules and errors: :func:`_walk_records`."""
     data = records_payload(buf, h, max_uncompressed)
-    base_offset = h.base_offset
-    base_ts = h.base_timestamp
-    # LogAppendTime batches: every record's timestamp is the batch's maxTimestamp (Kafka's
-    # DefaultRecordBatch iterator ignores the stored deltas then).
-    log_append_ts = h.max_timestamp if h.attributes & ATTR_LOG_APPEND_TIME else None
-    n = len(data)
-    if h.record_count > n // MIN_RECORD_SIZE:
-        raise CorruptBatchError(
-            f"{h.record_count} records cannot fit in the {n} bytes of batch at {h.position}", h.position
-        )
     out: list[Record] = []
-    pos = 0
-    try:
-        for _ in range(h.record_count):
-            # varints are inlined for the one-byte case (most lengths and deltas here)
-            b = data[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                length, pos = read_varint(data, pos)
-            end = pos + length
-            if length < 6 or end > n:  # 6: MIN_RECORD_SIZE without its length byte
-                raise CorruptBatchError(f"bad record length {length} in batch at {h.position}", h.position)
-            pos += 1  # attributes
-            b = data[pos]
-            if b < 0x80:
-                ts_delta = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                ts_delta, pos = read_varint(data, pos)
-            b = data[pos]
-            if b < 0x80:
-                off_delta = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                off_delta, pos = read_varint(data, pos)
-            b = data[pos]
-            if b < 0x80:
-                klen = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                klen, pos = read_varint(data, pos)
-            key: bytes | None
-            if klen < 0:
-                key = None
-            else:
-                key = data[pos : pos + klen]
-                pos += klen
-            b = data[pos]
-            if b < 0x80:
-                vlen = (b >> 1) ^ -(b & 1)
-                pos += 1
-            else:
-                vlen, pos = read_varint(data, pos)
-            value: bytes | None
-            if vlen < 0:
-                value = None
-            else:
-                value = data[pos : pos + vlen]
-                pos += vlen
-            headers: tuple[tuple[str, bytes | None], ...] = ()
-            if data[pos] == 0:
-                pos += 1
-            else:
-                nheaders, pos = read_varint(data, pos)
-                if nheaders < 0 or nheaders > end - pos:
-                    raise CorruptBatchError(f"bad header count {nheaders} in batch at {h.position}", h.position)
-                hs: list[tuple[str, bytes | None]] = []
-                for _h in range(nheaders):
-                    hklen, pos = read_varint(data, pos)
-                    if hklen < 0:
-                        raise CorruptBatchError(f"null header key in batch at {h.position}", h.position)
-                    hkey = data[pos : pos + hklen].decode("utf-8")
-                    pos += hklen
-                    hvlen, pos = read_varint(data, pos)
-                    hval: bytes | None = None
-                    if hvlen >= 0:
-                        hval = data[pos : pos + hvlen]
-                        pos += hvlen
-                    hs.append((hkey, hval))
-                headers = tuple(hs)
-            if pos != end:
-                raise CorruptBatchError(f"record framing mismatch in batch at {h.position}", h.position)
-            ts = log_append_ts if log_append_ts is not None else base_ts + ts_delta
-            out.append(Record(base_offset + off_delta, ts, key, value, headers))
-    except (IndexError, ValueError) as e:
-        if isinstance(e, RecordsError):
-            raise
-        raise CorruptBatchError(f"malformed records in batch at {h.position}: {e}", h.position) from None
-    if pos != n:
-        raise CorruptBatchError(f"{n - pos} stray bytes after the records of batch at {h.position}", h.position)
+    for offset, ts, kpos, klen, vpos, vlen, hpos, end in _walk_records(data, h, True):
+        key = None if klen < 0 else data[kpos : kpos + klen]
+        value = None if vlen < 0 else data[vpos : vpos + vlen]
+        headers = () if hpos + 1 == end else _read_headers(data, hpos, h.position)
+        out.append(Record(offset, ts, key, value, headers))
     return tuple(out)
 
 
 def iter_record_times(
     buf: bytes | memoryview | mmap.mmap, h: BatchHeader, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
 ) -> Iterator[tuple[int, int]]:
-    """(offset, timestamp) of each record of batch ``h``, walking every field of every record
-    as Kafka's ``DefaultRecord.readFrom`` does, without copying keys or values.
+    """(offset, timestamp) of each record of batch ``h``, every field of every record walked
+    (:func:`_walk_records`) without copying keys or values.  Errors of the payload itself
+    (:func:`records_payload`) are raised by this call, framing errors while iterating."""
+    return _walk_records(records_payload(buf, h, max_uncompressed), h, False)
+
+
+_Spans = tuple[int, int, int, int, int, int, int, int]
+
+
+@overload
+def _walk_records(data: bytes, h: BatchHeader, spans: Literal[True]) -> Iterator[_Spans]: ...
+@overload
+def _walk_records(data: bytes, h: BatchHeader, spans: Literal[False]) -> Iterator[tuple[int, int]]: ...
+def _walk_records(data: bytes, h: BatchHeader, spans: bool) -> Iterator[_Spans] | Iterator[tuple[int, int]]:
+    """The one walk over the (decompressed) records of batch ``h``, as Kafka's
+    ``DefaultRecord.readFrom`` reads them: for each record its offset, its timestamp, the
+    position and length of its key and of its value (length -1: null), the position of its
+    header count and its end.  Header keys and values are walked (and checked) here, but only
+    :func:`_read_headers` copies them.
 
     Raises :class:`CorruptBatchError` (after the good records before it) when a record's length
     is negative or runs past the records, a varint is longer than its type allows, a header
     count is negative or larger than the bytes left, a header key is null, a record's fields do
     not end where its length says, fewer records than the header's count are there, or bytes
-    remain after them; errors of :func:`records_payload` for the payload itself.  The work is
-    bounded by the bytes of the (decompressed) records, whatever the count claims.
+    remain after them.  The work is bounded by the bytes of the records, whatever the count
+    claims.  Varints are inlined for their one-byte case (most lengths and deltas): start-up
+    replay runs this for every record of the offsets log.
     """
-    data = records_payload(buf, h, max_uncompressed)
     n = len(data)
     count = h.record_count
     where = h.position
@@ -614,6 +543,8 @@ def iter_record_times(
         raise CorruptBatchError(f"{count} records cannot fit in the {n} bytes of batch at {where}", where)
     base_offset = h.base_offset
     base_ts = h.base_timestamp
+    # LogAppendTime batches: every record's timestamp is the batch's maxTimestamp (Kafka's
+    # DefaultRecordBatch iterator ignores the stored deltas then).
     log_append_ts = h.max_timestamp if h.attributes & ATTR_LOG_APPEND_TIME else None
     pos = 0
     done = 0
@@ -641,14 +572,25 @@ def iter_record_times(
                 p += 1
             else:
                 off_delta, p = _read_varint32(data, p, where)
-            for _field in (0, 1):  # key, value: length (-1 = null) and bytes, skipped
-                b = data[p]
-                if b < 0x80:
-                    p += 1 if b & 1 else 1 + (b >> 1)
-                else:
-                    flen, p = _read_varint32(data, p, where)
-                    if flen > 0:
-                        p += flen
+            b = data[p]
+            if b < 0x80:
+                klen = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                klen, p = _read_varint32(data, p, where)
+            kpos = p
+            if klen > 0:
+                p += klen
+            b = data[p]
+            if b < 0x80:
+                vlen = (b >> 1) ^ -(b & 1)
+                p += 1
+            else:
+                vlen, p = _read_varint32(data, p, where)
+            vpos = p
+            if vlen > 0:
+                p += vlen
+            hpos = p
             if data[p] == 0:
                 p += 1
             else:
@@ -669,7 +611,11 @@ def iter_record_times(
                 raise CorruptBatchError(f"record framing mismatch in batch at {where}", where)
             pos = end
             done += 1
-            yield base_offset + off_delta, (log_append_ts if log_append_ts is not None else base_ts + ts_delta)
+            ts = log_append_ts if log_append_ts is not None else base_ts + ts_delta
+            if spans:
+                yield base_offset + off_delta, ts, kpos, klen, vpos, vlen, hpos, end
+            else:
+                yield base_offset + off_delta, ts
     except IndexError:
         raise CorruptBatchError(
             f"batch at {where} holds {done} whole records, its header says {count}", where
@@ -680,6 +626,27 @@ def iter_record_times(
         raise CorruptBatchError(f"malformed record in batch at {where}: {e}", where) from None
     if pos != n:
         raise CorruptBatchError(f"{n - pos} bytes remain after the {count} records of batch at {where}", where)
+
+
+def _read_headers(data: bytes, pos: int, where: int) -> tuple[tuple[str, bytes | None], ...]:
+    """The headers of a record whose header count starts at ``pos``, already walked (and
+    checked) by :func:`_walk_records`; header keys must be UTF-8."""
+    nheaders, pos = read_varint(data, pos)
+    out: list[tuple[str, bytes | None]] = []
+    for _h in range(nheaders):
+        hklen, pos = read_varint(data, pos)
+        try:
+            hkey = data[pos : pos + hklen].decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise CorruptBatchError(f"header key is not UTF-8 in batch at {where}: {e}", where) from None
+        pos += hklen
+        hvlen, pos = read_varint(data, pos)
+        hval: bytes | None = None
+        if hvlen >= 0:
+            hval = data[pos : pos + hvlen]
+            pos += hvlen
+        out.append((hkey, hval))
+    return tuple(out)
 
 
 def _read_varint32(data: bytes, pos: int, where: int) -> tuple[int, int]:
