@@ -3,17 +3,12 @@
 One test per "done when" item of the control-plane issue: injected errors the clients recover
 from, delays and disconnects without message loss, expelling a stopped member at once (by
 ``expire`` and by moving the clock), offsets and lag, bad input.  Every wait is bounded; member
-processes are stopped (SIGCONT, then killed) at the end.
+processes are killed (SIGKILL ends stopped ones too) at the end.
 """
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -21,11 +16,10 @@ from typing import Any, TypeVar
 import pytest
 
 from tests.control_support import Control
-from tests.support import ROOT, BrokerProcess
+from tests.support import BrokerProcess, Member
 
 pytestmark = pytest.mark.clients
 
-CONSUMER = ROOT / "tests" / "support" / "consumer_member.py"
 T = TypeVar("T")
 
 
@@ -92,52 +86,12 @@ def consume(c: Any, count: int, timeout: float) -> list[Any]:
     return got
 
 
-class Member:
-    """A group member in its own process (tests/support/consumer_member.py)."""
-
-    def __init__(self, client: str, b: BrokerProcess, group: str, topics: str, name: str, **opts: Any) -> None:
-        self.name = name
-        cmd = [sys.executable, str(CONSUMER), "--client", client, "--bootstrap", b.bootstrap, "--group", group]
-        cmd += ["--topics", topics, "--client-id", name]
-        for k, v in opts.items():
-            cmd += [f"--{k.replace('_', '-')}", str(v)]
-        self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True)
-        self.events: list[dict[str, Any]] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.events.append(json.loads(line))
-            except ValueError:
-                continue
-
-    @property
-    def assignment(self) -> frozenset[tuple[str, int]]:
-        for e in reversed(self.events):
-            if e["event"] == "assignment":
-                return frozenset((t, p) for t, p in e["partitions"])
-        return frozenset()
-
-    def cleanup(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def log(self) -> str:
-        self.stderr.seek(0)
-        return self.stderr.read().decode(errors="replace")[-4000:]
-
-
 @pytest.fixture
 def members() -> Iterator[list[Member]]:
     started: list[Member] = []
     yield started
     for m in started:
-        m.cleanup()
+        m.kill()
 
 
 # ------------------------------------------------------------------------------------ 1
@@ -188,7 +142,7 @@ def test_rebalance_in_progress_on_heartbeat_makes_a_kafka_python_member_rejoin(
 ) -> None:
     b, ctl = start(broker_factory)
     create_topic(b, "hb", 2)
-    m = Member("kafka-python", b, "g-hb", "hb", "kp-member", session_ms=10000, heartbeat_ms=300)
+    m = Member("kafka-python", b, "g-hb", ["hb"], client_id="kp-member", session_ms=10000, heartbeat_ms=300)
     members.append(m)
     stable = ctl.post("/v1/groups/g-hb/wait", {"state": "Stable", "members": 1, "timeout_ms": 30000})
     generation = stable["generation"]
@@ -263,7 +217,7 @@ def test_delayed_join_and_disconnected_fetches_lose_nothing(
 def _three_members(b: BrokerProcess, ctl: Control, members: list[Member], group: str) -> Member:
     create_topic(b, "work", 6)
     for name in ("survivor-a", "survivor-b", "sleeper"):
-        members.append(Member("confluent", b, group, "work", name, session_ms=12000, heartbeat_ms=250))
+        members.append(Member("confluent", b, group, ["work"], client_id=name, session_ms=12000, heartbeat_ms=250))
     ctl.post(f"/v1/groups/{group}/wait", {"state": "Stable", "members": 3, "timeout_ms": 60000})
     all_parts = frozenset(("work", p) for p in range(6))
     wait_until(lambda: all(m.assignment for m in members), 30, "every member's first assignment")

@@ -15,7 +15,6 @@ import os
 import queue
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,55 +23,25 @@ from typing import Any
 
 import pytest
 from rallypoint.pipeline import job
-from rallypoint.protocol.apis import served
 
-from tests.support import ROOT, BrokerProcess, wait_until
+from tests.support import BrokerProcess, wait_until
+from tests.support.members import EventProcess
 from tests.test_pipeline_spark import spark  # noqa: F401  (the shared session fixture)
 
 pytestmark = [pytest.mark.spark, pytest.mark.clients]
-
-# Needs the group coordinator (branch ``groups``) and the offsets log (branch ``offsets``) in the
-# same tree; until both are merged this test cannot run (it runs everywhere once they are).
-_GROUPS_SERVED = served(11) is not None and served(9) is not None
-_LOG_WIRED = "OffsetsLog" in (ROOT / "coordinator" / "assemble.py").read_text()
-needs_groups_and_log = pytest.mark.skipif(
-    not (_GROUPS_SERVED and _LOG_WIRED), reason="group coordinator and offsets log are not both merged yet"
-)
 
 TOPIC = "orders"
 PARTS = 4
 ALL = frozenset((TOPIC, p) for p in range(PARTS))
 
 
-class Member:
+class Member(EventProcess):
     """A real consumer in its own process (this file run as a script, see ``member_main``):
     it reports its assignment and obeys ``commit BASE`` / ``close`` lines on stdin."""
 
     def __init__(self, client: str, bootstrap: str, group: str, instance: str | None = None) -> None:
         self.client, self.group = client, group
-        cmd = [sys.executable, "-m", "tests.test_pipeline_e2e", client, bootstrap, group, instance or ""]
-        self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd=ROOT
-        )
-        self.events: list[dict[str, Any]] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                self.events.append(json.loads(line))
-            except ValueError:
-                continue
-
-    @property
-    def assignment(self) -> frozenset[tuple[str, int]]:
-        for e in reversed(self.events):
-            if e["event"] == "assignment":
-                return frozenset((t, p) for t, p in e["partitions"])
-        return frozenset()
+        super().__init__([sys.executable, "-m", "tests.test_pipeline_e2e", client, bootstrap, group, instance or ""])
 
     def _send(self, line: str) -> None:
         assert self.proc.stdin is not None
@@ -107,14 +76,8 @@ class Member:
             except (subprocess.TimeoutExpired, BrokenPipeError, OSError):
                 self.kill()
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-    def log(self) -> str:
-        self.stderr.seek(0)
-        return self.stderr.read().decode(errors="replace")[-int(os.environ.get("E2E_LOG_TAIL", "3000")) :]
+    def log(self, tail: int = int(os.environ.get("E2E_LOG_TAIL", "3000"))) -> str:
+        return super().log(tail)
 
 
 def member_main(client: str, bootstrap: str, group: str, instance: str) -> None:
@@ -222,7 +185,7 @@ def members() -> Iterator[list[Member]]:
 
 
 def exactly_covering(ms: list[Member]) -> bool:
-    sets = [m.assignment for m in ms]
+    sets = [m.assignment or frozenset() for m in ms]
     owned = [tp for s in sets for tp in s]
     return all(sets) and len(owned) == len(set(owned)) and set(owned) == ALL
 
@@ -307,7 +270,6 @@ def workload(b: BrokerProcess, members: list[Member]) -> None:
     simple.close(autocommit=False)
 
 
-@needs_groups_and_log
 def test_pipeline_over_logs_written_by_real_clients(
     broker_factory: Callable[..., BrokerProcess],
     members: list[Member],

@@ -27,24 +27,15 @@ CLIENTS = ("kafka-python", "aiokafka", "confluent")
 MEMBER_SCRIPT = ROOT / "tests" / "support" / "consumer_member.py"
 
 
-class Member:
-    """One consumer process of a real client library (``client`` is one of :data:`CLIENTS`).
+class EventProcess:
+    """A child process that reports JSON events, one object per line on stdout, read into
+    :attr:`events` by a thread; its stderr kept in a temporary file (:meth:`log`).  Base of
+    :class:`Member` and of the test-specific member processes (e.g. the pipeline's)."""
 
-    ``opts`` become flags of the member process: ``instance``, ``session_ms``, ``heartbeat_ms``,
-    ``max_poll_ms``, ``assignor`` (comma-separated names), ``client_id``.
-    """
-
-    def __init__(self, client: str, broker: BrokerProcess, group: str, topics: Sequence[str], **opts: Any) -> None:
-        self.client = client
-        self.name = opts.pop("client_id", None) or client
-        cmd = [sys.executable, str(MEMBER_SCRIPT), "--client", client]
-        cmd += ["--bootstrap", broker.bootstrap, "--group", group, "--topics", ",".join(topics)]
-        cmd += ["--client-id", self.name]
-        for k, v in opts.items():
-            cmd += [f"--{k.replace('_', '-')}", str(v)]
+    def __init__(self, cmd: Sequence[str]) -> None:
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd=ROOT
+            list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True, cwd=ROOT
         )
         self.events: list[dict[str, Any]] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -72,17 +63,8 @@ class Member:
             (e["t"], frozenset((t, p) for t, p in e["partitions"])) for e in self.events if e["event"] == "assignment"
         ]
 
-    def stop(self, timeout: float = 20.0) -> None:
-        """Close cleanly (stdin EOF: the client closes its consumer); SIGKILL after ``timeout``."""
-        if self.proc.poll() is None:
-            try:
-                assert self.proc.stdin is not None
-                self.proc.stdin.close()
-                self.proc.wait(timeout)
-            except (subprocess.TimeoutExpired, BrokenPipeError):
-                self.kill()
-
     def kill(self) -> None:
+        """SIGKILL (also ends a process stopped with SIGSTOP)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
@@ -96,6 +78,34 @@ class Member:
         """Ask a live member to write its thread stacks to its stderr (faulthandler on SIGUSR1)."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGUSR1)
+
+
+class Member(EventProcess):
+    """One consumer process of a real client library (``client`` is one of :data:`CLIENTS`).
+
+    ``opts`` become flags of the member process: ``instance``, ``session_ms``, ``heartbeat_ms``,
+    ``max_poll_ms``, ``assignor`` (comma-separated names), ``client_id``.
+    """
+
+    def __init__(self, client: str, broker: BrokerProcess, group: str, topics: Sequence[str], **opts: Any) -> None:
+        self.client = client
+        self.name = opts.pop("client_id", None) or client
+        cmd = [sys.executable, str(MEMBER_SCRIPT), "--client", client]
+        cmd += ["--bootstrap", broker.bootstrap, "--group", group, "--topics", ",".join(topics)]
+        cmd += ["--client-id", self.name]
+        for k, v in opts.items():
+            cmd += [f"--{k.replace('_', '-')}", str(v)]
+        super().__init__(cmd)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Close cleanly (stdin EOF: the client closes its consumer); SIGKILL after ``timeout``."""
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+                self.proc.wait(timeout)
+            except (subprocess.TimeoutExpired, BrokenPipeError):
+                self.kill()
 
 
 def explain_members(members: Sequence[Member], broker: BrokerProcess | None = None, group: str | None = None) -> str:
