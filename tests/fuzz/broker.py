@@ -20,16 +20,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.broker import BrokerProcess
+
 START_TIMEOUT_S = 30.0
 MAX_PROBLEMS = 200
 
@@ -139,8 +139,9 @@ def _die_with_parent() -> None:
         pass
 
 
-class FuzzBroker:
-    """``python -m rallypoint`` on 127.0.0.1 with a JSON log read by a :class:`LogWatch`."""
+class FuzzBroker(BrokerProcess):
+    """``python -m rallypoint`` on 127.0.0.1 (``tests.support.BrokerProcess``) with its JSON log
+    read by a :class:`LogWatch` instead of kept whole."""
 
     def __init__(
         self,
@@ -152,16 +153,17 @@ class FuzzBroker:
         watch_groups: set[str] | None = None,
         nice: int = 0,
     ) -> None:
-        self.data_dir = data_dir
-        self.config = {"group.initial.rebalance.delay.ms": "0", **(config or {})}
-        self.requested_port = port
-        self.advertised_port = advertised_port
+        extra = [] if advertised_port is None else ["--advertised-port", str(advertised_port)]
+        super().__init__(
+            data_dir,
+            {"group.initial.rebalance.delay.ms": "0", **(config or {})},
+            extra_args=extra,
+            requested_port=port,
+            start_timeout_s=START_TIMEOUT_S,
+        )
         self.watch_groups = set(watch_groups or ())
         self.nice = nice
-        self.port = 0
-        self.proc: subprocess.Popen[bytes] | None = None
         self.log = LogWatch(self.watch_groups)
-        self._pump: threading.Thread | None = None
         self.starts = 0
 
     @property
@@ -169,26 +171,28 @@ class FuzzBroker:
         return ("127.0.0.1", self.port)
 
     @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
     def pid(self) -> int:
         assert self.proc is not None
         return self.proc.pid
 
-    def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "rallypoint", "--host", "127.0.0.1", "--port", str(self.requested_port)]
-        cmd += ["--data-dir", str(self.data_dir), "--log-format", "json"]
-        if self.advertised_port is not None:
-            cmd += ["--advertised-port", str(self.advertised_port)]
-        for k, v in self.config.items():
-            cmd += ["--config", f"{k}={v}"]
-        return cmd
-
     def start(self) -> FuzzBroker:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        super().start()
+        self.starts += 1
+        return self
+
+    def _begin_log(self) -> None:
         self.log = LogWatch(self.watch_groups)
+
+    def _feed(self, line: str) -> None:
+        self.log.feed(line)
+
+    def _log_ended(self) -> None:
+        self.log.close()
+
+    def _tail(self) -> str:
+        return "\n".join(self.log.tail)
+
+    def _in_child(self) -> Callable[[], None]:
         nice = self.nice
 
         def in_child() -> None:
@@ -196,37 +200,7 @@ class FuzzBroker:
             if nice:
                 os.nice(nice)
 
-        self.proc = subprocess.Popen(
-            self.command(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=ROOT,
-            preexec_fn=in_child,
-        )
-        ready = threading.Event()
-        proc, watch = self.proc, self.log
-
-        def pump() -> None:
-            assert proc.stdout is not None
-            for raw in proc.stdout:
-                ev = watch.feed(raw.decode(errors="replace").rstrip("\n"))
-                if ev is not None and ev.get("event") == "listening" and not ready.is_set():
-                    self.port = int(ev["port"])
-                    ready.set()
-            watch.close()
-
-        self._pump = threading.Thread(target=pump, name="broker-log", daemon=True)
-        self._pump.start()
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not ready.wait(0.05):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                tail = "\n".join(self.log.tail)
-                self.kill()
-                raise RuntimeError(f"broker did not start:\n{tail}")
-        self.requested_port = self.port  # a restart comes back on the same port
-        self.starts += 1
-        return self
+        return in_child
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -246,27 +220,6 @@ class FuzzBroker:
         except (FileNotFoundError, ProcessLookupError, ValueError):
             pass
         return 0
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if self._pump is not None:
-            self._pump.join(5)
-        rc = self.proc.returncode
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-        self.proc = None
-        return rc
-
-    def kill(self) -> None:
-        self.stop(signal.SIGKILL)
 
     def restart(self) -> FuzzBroker:
         self.kill()

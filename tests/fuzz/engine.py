@@ -58,7 +58,9 @@ from typing import Any
 from rallypoint.protocol import codec
 from rallypoint.protocol.apis import SERVED_APIS
 
-from .broker import ROOT, FuzzBroker, Problem
+from tests.support.paths import ROOT
+
+from .broker import FuzzBroker, Problem
 from .frames import REGRESSIONS_DIR, Frame, load_corpus, split_frames, write_case
 from .known import KNOWN_DEFECTS, KnownDefect, match_frame, match_problem
 from .mutate import Case, Mutator

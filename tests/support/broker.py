@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,17 +54,23 @@ class BrokerProcess:
 
     def start(self) -> BrokerProcess:
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
-        self.log_lines = []
+        self._begin_log()
         self.proc = subprocess.Popen(
-            self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT
+            self.command(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+            preexec_fn=self._in_child(),
         )
         ready = threading.Event()
+        proc = self.proc
 
         def pump() -> None:
-            assert self.proc is not None and self.proc.stdout is not None
-            for raw in self.proc.stdout:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
                 line = raw.decode(errors="replace").rstrip("\n")
-                self.log_lines.append(line)
+                self._feed(line)
                 if not ready.is_set():
                     try:
                         ev = json.loads(line)
@@ -72,16 +79,35 @@ class BrokerProcess:
                     if ev.get("event") == "listening":
                         self.port = int(ev["port"])
                         ready.set()
+            self._log_ended()
 
-        self._reader = threading.Thread(target=pump, daemon=True)
+        self._reader = threading.Thread(target=pump, name="broker-log", daemon=True)
         self._reader.start()
         deadline = time.monotonic() + self.start_timeout_s
         while not ready.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = self._tail()
                 self.kill()
-                raise RuntimeError("broker did not start:\n" + "\n".join(self.log_lines[-50:]))
+                raise RuntimeError("broker did not start:\n" + tail)
         self.requested_port = self.port  # a restart comes back on the same port
         return self
+
+    # How the log is kept (a subclass may classify it instead, e.g. the fuzz suite's broker).
+    def _begin_log(self) -> None:
+        self.log_lines = []
+
+    def _feed(self, line: str) -> None:
+        self.log_lines.append(line)
+
+    def _log_ended(self) -> None:
+        pass
+
+    def _tail(self) -> str:
+        return "\n".join(self.log_lines[-50:])
+
+    def _in_child(self) -> Callable[[], None] | None:
+        """What the child runs before exec (None: nothing)."""
+        return None
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
         if self.proc is None:
@@ -94,8 +120,10 @@ class BrokerProcess:
                 self.proc.kill()
                 self.proc.wait(5)
         if self._reader is not None:
-            self._reader.join(2)
+            self._reader.join(5)
         rc = self.proc.returncode
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         self.proc = None
         return rc
 
