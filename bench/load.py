@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rallypoint.probe import recv_exactly
 from rallypoint.protocol import codec
 
 from bench.common import ROOT, rallypoint, rss_bytes, summarize
@@ -85,8 +86,8 @@ def probe(host: str, port: int, seconds: float, interval_s: float) -> dict[str, 
         t0 = time.perf_counter()
         try:
             sock.sendall(frame)
-            (size,) = struct.unpack(">i", _recv(sock, 4))
-            got, msg = codec.decode_response_frame(3, METADATA_V, _recv(sock, size))
+            (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+            got, msg = codec.decode_response_frame(3, METADATA_V, recv_exactly(sock, size))
             lat.append((time.perf_counter() - t0) * 1000)
             slow = sorted([*slow, (round(time.monotonic() - start, 2), round(lat[-1], 1))], key=lambda x: -x[1])[:10]
             if got != corr or int(msg.topics[0].error_code) != 0:
@@ -104,16 +105,6 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed by the broker")
-        buf += chunk
-    return bytes(buf)
 
 
 def _run_probe(host: str, port: int, seconds: float, interval_s: float) -> subprocess.Popen[bytes]:

@@ -22,11 +22,11 @@ def probe(host: str, port: int, timeout: float) -> tuple[bool, str]:
         with socket.create_connection((host, port), timeout=timeout) as s:
             s.settimeout(timeout)
             s.sendall(request)
-            head = _recv_exactly(s, 4)
+            head = recv_exactly(s, 4)
             (size,) = struct.unpack(">i", head)
             if size <= 0 or size > 1 << 20:
                 return False, f"bad response size {size}"
-            body = _recv_exactly(s, size)
+            body = recv_exactly(s, size)
         corr, resp = codec.decode_response_frame(18, 0, body)
     except (OSError, ValueError) as e:
         return False, str(e)
@@ -37,12 +37,14 @@ def probe(host: str, port: int, timeout: float) -> tuple[bool, str]:
     return True, f"ok: {len(resp.api_keys)} APIs"
 
 
-def _recv_exactly(s: socket.socket, n: int) -> bytes:
+def recv_exactly(s: socket.socket, n: int) -> bytes:
+    """``n`` bytes from a blocking socket; ConnectionError when the peer closes first (the
+    raw-frame clients of the benchmarks and tests use it too)."""
     buf = bytearray()
     while len(buf) < n:
         chunk = s.recv(n - len(buf))
         if not chunk:
-            raise OSError("connection closed")
+            raise ConnectionError("connection closed by the broker")
         buf += chunk
     return bytes(buf)
 

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rallypoint.probe import recv_exactly
 from rallypoint.protocol import codec
 from rallypoint.protocol.apis import SERVED_APIS
 
@@ -196,19 +197,9 @@ def request(api_key: int, version: int, corr: int, body: dict[str, Any], client_
     return bytes(codec.encode_request(api_key, version, corr, body, client_id))
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed by the broker")
-        buf += chunk
-    return bytes(buf)
-
-
 def recv_frame(sock: socket.socket) -> bytes:
-    (size,) = struct.unpack(">i", recv_exact(sock, 4))
-    return recv_exact(sock, size)
+    (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+    return recv_exactly(sock, size)
 
 
 def call(address: tuple[str, int], api_key: int, version: int, body: dict[str, Any], timeout: float = 10.0) -> Any:

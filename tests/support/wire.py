@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rallypoint.probe import recv_exactly
 from rallypoint.protocol import codec
 
 
@@ -33,17 +34,8 @@ class WireClient:
         self.sock.sendall(data)
 
     def recv_frame(self) -> bytes:
-        (size,) = struct.unpack(">i", self._recv(4))
-        return self._recv(size)
-
-    def _recv(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("connection closed by broker")
-            buf += chunk
-        return bytes(buf)
+        (size,) = struct.unpack(">i", recv_exactly(self.sock, 4))
+        return recv_exactly(self.sock, size)
 
     def send(self, api_key: int, version: int, body: Mapping[str, Any]) -> int:
         self._corr += 1
@@ -109,9 +101,9 @@ class FrameProxy:
         n = 0
         try:
             while True:
-                head = _recv_all(client, 4)
+                head = recv_exactly(client, 4)
                 (size,) = struct.unpack(">i", head)
-                frame = _recv_all(client, size)
+                frame = recv_exactly(client, size)
                 self.seen.append(struct.unpack_from(">hh", frame))
                 if self.rewrite is not None:
                     frame = self.rewrite(n, frame)
@@ -136,16 +128,6 @@ class FrameProxy:
         for s in self._sockets:
             _shut(s)
             s.close()
-
-
-def _recv_all(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return bytes(buf)
 
 
 def _shut(s: socket.socket) -> None:
