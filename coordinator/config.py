@@ -103,6 +103,14 @@ SETTINGS: Final[dict[str, Setting]] = {
             "requests read and not yet handed to their handler, all connections together; "
             "at the limit no connection reads more",
         ),
+        Setting(
+            "queued.max.request.bytes",
+            _int_range(-(2**63)),
+            -1,
+            "bytes of requests being read or served, all connections together (Kafka's memory pool): "
+            "while none are left, no connection reads another request; at least socket.request.max.bytes; "
+            "<= 0: no limit",
+        ),
         Setting("max.connections", _int_range(0, INT32_MAX), INT32_MAX, "connections at once; more are closed"),
         Setting(
             "max.connections.per.ip",
@@ -330,6 +338,10 @@ def load(overrides: Mapping[str, str] | None = None, env: Mapping[str, str] | No
             values["advertised.port"] = port
     if values["group.min.session.timeout.ms"] > values["group.max.session.timeout.ms"]:
         raise ConfigError("group.min.session.timeout.ms is larger than group.max.session.timeout.ms")
+    pool, frame = values["queued.max.request.bytes"], values["socket.request.max.bytes"]
+    if 0 < pool < frame:
+        # SocketServer's SimpleMemoryPool refuses a pool smaller than one request.
+        raise ConfigError(f"queued.max.request.bytes ({pool}) must be at least socket.request.max.bytes ({frame})")
     _check_consumer_group_settings(values)
     return Config(values)
 

@@ -20,6 +20,9 @@ Every closing is one warning line.  Resource limits (docs/reliability.md, "Limit
   sent, for that long is closed;
 * ``queued.max.requests``: requests read and not yet handed to their handler (being decoded),
   all connections together; at the limit, connections wait before decoding the next one;
+* ``queued.max.request.bytes`` (off by default, as in Kafka): the announced sizes of the
+  requests being read or served, all connections together; while that budget is spent, no
+  connection starts reading another request body (:class:`_BytePool`);
 * ``rallypoint.connection.max.queued.response.bytes``: answers waiting for a peer that does not
   read; above it the connection's next request waits until the peer reads (then the idle
   timeout drops it); ``socket.send.buffer.bytes`` / ``socket.receive.buffer.bytes`` size the
@@ -39,7 +42,7 @@ import gc
 import itertools
 import socket
 import struct
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +82,44 @@ def _frame_buffered(reader: asyncio.StreamReader) -> bool:
         return False
     size = int.from_bytes(buf[:4], "big", signed=True)
     return 0 < size <= len(buf) - 4
+
+
+class _BytePool:
+    """Kafka's ``SimpleMemoryPool`` as ``SocketServer`` uses it (non-strict): a request may take
+    its bytes while any are left (so the pool can dip below zero by up to one request), else it
+    waits, first come first served, until answered requests give theirs back."""
+
+    __slots__ = ("_waiters", "available")
+
+    def __init__(self, capacity: int) -> None:
+        self.available = capacity
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    async def acquire(self, n: int) -> None:
+        if self.available <= 0 or self._waiters:
+            turn = asyncio.get_running_loop().create_future()
+            self._waiters.append(turn)
+            try:
+                await turn
+            except asyncio.CancelledError:
+                if turn in self._waiters:
+                    self._waiters.remove(turn)
+                else:
+                    self._wake()  # its turn came with the cancellation: pass it on
+                raise
+        self.available -= n
+        self._wake()
+
+    def release(self, n: int) -> None:
+        self.available += n
+        self._wake()
+
+    def _wake(self) -> None:
+        while self.available > 0 and self._waiters:
+            turn = self._waiters.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
 
 
 class _Answers:
@@ -156,6 +197,8 @@ class Server:
         self.send_buffer_bytes: int = cfg["socket.send.buffer.bytes"]
         self.receive_buffer_bytes: int = cfg["socket.receive.buffer.bytes"]
         self._request_slots = asyncio.Semaphore(cfg["queued.max.requests"])
+        pool: int = cfg["queued.max.request.bytes"]
+        self._memory = _BytePool(pool) if pool > 0 else None
         self._pipeline_turn = asyncio.Lock()
         self.handlers = load_handlers()
         self.hook = control_plane_for(broker)  # docs/control.md; a no-op when the control plane is off
@@ -360,15 +403,23 @@ class Server:
                         max=self.max_request_bytes,
                     )
                     return
+                if self._memory is not None:
+                    await self._memory.acquire(size)
                 try:
-                    body = await self._read_body(reader, size)
-                except asyncio.IncompleteReadError:
-                    log.warning("closing connection: truncated frame", connection=cid, client=client_host, size=size)
-                    return
-                # Busy until the answer is handed to the socket: shutdown waits for it.
-                self._busy.add(cid)
-                answer = await self._process(cid, client_host, body)
-                del body
+                    try:
+                        body = await self._read_body(reader, size)
+                    except asyncio.IncompleteReadError:
+                        log.warning(
+                            "closing connection: truncated frame", connection=cid, client=client_host, size=size
+                        )
+                        return
+                    # Busy until the answer is handed to the socket: shutdown waits for it.
+                    self._busy.add(cid)
+                    answer = await self._process(cid, client_host, body)
+                    del body
+                finally:
+                    if self._memory is not None:
+                        self._memory.release(size)
                 if answer is None:
                     return  # close the connection (answers already made go out first, below)
                 out.add(answer)

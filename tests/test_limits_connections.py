@@ -359,3 +359,75 @@ def test_stalled_frames_and_non_reading_pipeliners_leave_rss_bounded(idle_broker
     with WireClient(broker.host, broker.port, timeout=WAIT) as c:
         assert ping(c) < 0.2
     _no_errors(broker)
+
+
+# --------------------------------------------------------------------------- queued.max.request.bytes
+
+
+def test_request_memory_pool_stops_reading_while_spent(tmp_path: Path) -> None:
+    """With ``queued.max.request.bytes`` a stalled 1 MB frame spends the pool: no other connection
+    gets a request read until it is released (here: the frame ends, undecodable, and its
+    connection is closed); without the pool (the default) the others are served meanwhile."""
+    mb = 1 << 20
+    cfg = {"socket.request.max.bytes": str(mb), "queued.max.request.bytes": str(mb)}
+    broker = BrokerProcess(data_dir=tmp_path, config=cfg).start()
+    try:
+        with WireClient(broker.host, broker.port, timeout=WAIT) as other:
+            ping(other)  # the ApiVersions schema is loaded before the clock matters
+            big = socket.create_connection((broker.host, broker.port), timeout=WAIT)
+            big.sendall(struct.pack(">i", mb) + b"\x00" * 1000)  # announces 1 MB, sends 1 KB
+            time.sleep(0.3)
+            corr = other.send(18, 0, {})
+            other.sock.settimeout(0.8)
+            with pytest.raises(TimeoutError):
+                other.sock.recv(1)  # not answered: the pool is spent by the stalled frame
+            big.sendall(b"\xff" * (mb - 1000))  # the rest: an undecodable request, closed
+            assert closed_within(big, WAIT)
+            big.close()
+            other.sock.settimeout(WAIT)
+            assert other.receive(18, 0, corr).error_code == 0
+    finally:
+        broker.kill()
+    closes = [e for e in broker.events() if e.get("event", "").startswith("closing connection")]
+    assert closes and all(e.get("level") == "warning" for e in closes)
+
+
+def test_request_memory_pool_smaller_than_a_request_is_refused(tmp_path: Path) -> None:
+    from rallypoint.config import ConfigError, load
+
+    with pytest.raises(ConfigError, match=r"queued.max.request.bytes \(1000\) must be at least"):
+        load(overrides={"queued.max.request.bytes": "1000"})
+    assert load(overrides={"queued.max.request.bytes": "-1"})["queued.max.request.bytes"] == -1
+
+
+def test_byte_pool_is_first_come_first_served_and_non_strict() -> None:
+    """Kafka's SimpleMemoryPool (non-strict): a request takes its bytes while any are left, so
+    the pool may go below zero by one request; waiters are served in arrival order."""
+    import asyncio
+
+    from rallypoint.server import _BytePool
+
+    async def main() -> list[str]:
+        pool = _BytePool(100)
+        order: list[str] = []
+        await pool.acquire(150)  # any bytes left: taken, the pool at -50
+        assert pool.available == -50
+
+        async def take(name: str, n: int) -> None:
+            await pool.acquire(n)
+            order.append(name)
+
+        waiters = [asyncio.create_task(take(name, 10)) for name in ("a", "b", "c")]
+        cancelled = asyncio.create_task(take("x", 10))
+        await asyncio.sleep(0)
+        assert order == []
+        cancelled.cancel()
+        pool.release(60)  # 10 left: "a" takes it (0 left), the others wait
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert order == ["a"] and pool.available == 0
+        pool.release(100)
+        await asyncio.gather(*waiters)
+        return order
+
+    assert asyncio.run(main()) == ["a", "b", "c"]
