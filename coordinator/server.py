@@ -348,6 +348,14 @@ class Server:
         except TimeoutError:
             raise _Idle(f"no progress for {self.idle_timeout_s * 1000:.0f} ms while {doing}") from None
 
+    async def _drain(self, writer: asyncio.StreamWriter) -> None:
+        """Wait (within connections.max.idle.ms) while the peer's unread answers keep the
+        transport above its high-water mark; below it there is nothing to wait for (no timer)."""
+        transport = writer.transport
+        if transport.get_write_buffer_size() <= transport.get_write_buffer_limits()[1]:
+            return
+        await self._idle_bound(writer.drain(), "the peer does not read its answers")
+
     async def _read_body(self, reader: asyncio.StreamReader, size: int) -> bytes | memoryview:
         if len(getattr(reader, "_buffer", b"")) >= size:
             return await reader.readexactly(size)  # already here: no wait
@@ -380,17 +388,20 @@ class Server:
                         async with self._pipeline_turn:
                             await asyncio.sleep(0)
                         out.flush()
-                        await self._idle_bound(writer.drain(), "the peer does not read its answers")
+                        await self._drain(writer)
                 else:
                     streak = 0
                     out.flush()
-                    await self._idle_bound(writer.drain(), "the peer does not read its answers")
+                    await self._drain(writer)
                     if not out:
                         self._busy.discard(cid)
                 if transport.is_closing() or reader.exception() is not None:
                     return  # the peer is gone: serve nothing more
                 try:
-                    size_bytes = await self._idle_bound(reader.readexactly(4), "waiting for a request")
+                    if len(getattr(reader, "_buffer", b"")) >= 4:
+                        size_bytes = await reader.readexactly(4)  # already here: no wait
+                    else:
+                        size_bytes = await self._idle_bound(reader.readexactly(4), "waiting for a request")
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
                 (size,) = _SIZE.unpack(size_bytes)
@@ -425,7 +436,7 @@ class Server:
                 out.add(answer)
                 if len(out) >= self.max_queued_response_bytes:
                     out.flush()
-                    await self._idle_bound(writer.drain(), "the peer does not read its answers")
+                    await self._drain(writer)
         finally:
             if not transport.is_closing():
                 with contextlib.suppress(Exception):
