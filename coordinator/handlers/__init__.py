@@ -44,6 +44,8 @@ MODULES: dict[int, str] = {
     47: "offset_delete",
     68: "consumer_group_heartbeat",
     69: "consumer_group_describe",
+    17: "sasl_handshake",
+    36: "sasl_authenticate",
 }
 
 
