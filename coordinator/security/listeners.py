@@ -104,7 +104,8 @@ def from_config(values: Any) -> list[Listener]:
     pmap = parse_protocol_map(values["listener.security.protocol.map"])
     controller = set(_names(values["controller.listener.names"]))
     advertised: dict[str, tuple[str, int]] = {}
-    for item in (values["advertised.listeners"] or "").split(","):
+    # without ``listeners``, config.load has taken advertised.host/port from advertised.listeners
+    for item in (values["advertised.listeners"] or "").split(",") if values["listeners"] else []:
         if item.strip():
             name, host, port = split_endpoint(item)
             advertised[name] = (host, port)
@@ -139,7 +140,6 @@ def from_config(values: Any) -> list[Listener]:
             raise ListenerError("listeners names no listener this broker serves")
     else:
         # --host/--port: the shorthand for PLAINTEXT://host:port (advertised.host/port apply)
-        # (config.load has already taken advertised.host/port from advertised.listeners)
         port = values["advertised.port"]
         host, ad_host = values["host"], values["advertised.host"]
         listeners.append(Listener("PLAINTEXT", "PLAINTEXT", host, values["port"], ad_host, port))

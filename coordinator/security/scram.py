@@ -152,7 +152,9 @@ class ScramServer:
         m = _CLIENT_FINAL.match(text)
         if m is None:
             raise ScramError("Authentication failed: Invalid client final message")
-        if m["nonce"] != self._nonce:
+        # Kafka checks endsWith, not equality: librdkafka 2.0 and older send the client nonce
+        # in front of the server's combined one
+        if not m["nonce"].endswith(self._nonce):
             raise ScramError("Invalid client nonce in the final client message.")
         cred = self._cred
         assert cred is not None
