@@ -413,6 +413,12 @@ def _check_security_settings(values: Mapping[str, Any]) -> None:
             )
         if has_inline and not (values["ssl.keystore.key"] and values["ssl.keystore.certificate.chain"]):
             raise ConfigError("ssl.keystore.key and ssl.keystore.certificate.chain go together")
+        from .security.tls import server_context
+
+        try:
+            server_context(values)  # the files are read and checked now, before anything listens
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 def _check_consumer_group_settings(values: Mapping[str, Any]) -> None:

@@ -49,7 +49,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def tls_config(certs: Path, **extra: str) -> dict[str, str]:
     return {
-        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        "listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         # clients reach the TLS listeners as "localhost" (port 0: the bound port is advertised)
         "advertised.listeners": "SSL://localhost:0,SASL_SSL://localhost:0",
         "ssl.keystore.type": "PEM",
@@ -113,7 +113,7 @@ def test_tls_client_on_plaintext_port_fails_fast(tls_broker: BrokerProcess) -> N
     ctx = ssl.create_default_context()
     ctx.check_hostname = False
     ctx.verify_mode = ssl.CERT_NONE
-    for name in ("PLAINTEXT",):
+    for name in ("PLAINTEXT", "SASL_PLAINTEXT"):
         port = tls_broker.listener_port(name)
         t0 = time.monotonic()
         with socket.create_connection(("127.0.0.1", port), 5) as raw, pytest.raises((ssl.SSLError, OSError)):
@@ -121,6 +121,8 @@ def test_tls_client_on_plaintext_port_fails_fast(tls_broker: BrokerProcess) -> N
         assert time.monotonic() - t0 < 3
         with WireClient("127.0.0.1", port) as c:  # the listener serves on
             assert c.call(18, 2, {}).error_code == ErrorCode.NONE
+    assert tls_broker.events("closing connection: bad frame size")
+    assert tls_broker.events("closing connection: bad frame size during SASL authentication")
 
 
 @pytest.mark.parametrize("listener", ["SSL", "SASL_SSL"])

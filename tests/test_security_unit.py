@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +13,11 @@ from rallypoint import config as config_mod
 from rallypoint.protocol import codec
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.security import listeners as listeners_mod
+from rallypoint.security.certs import generate
 from rallypoint.security.credentials import CredentialStore, parse_users
 from rallypoint.security.sasl import SaslAuthenticator, State
 from rallypoint.security.scram import ScramError, ScramServer, make_credential
+from rallypoint.security.tls import server_context
 
 pytestmark = pytest.mark.unit
 
@@ -28,13 +31,18 @@ def store(tmp_path: Path | None = None, users: dict[str, str] | None = None) -> 
 # ---------------------------------------------------------------- listeners
 
 
-def test_listeners_with_custom_names_and_advertised_endpoints() -> None:
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return generate(tmp_path_factory.mktemp("certs"), ["kafka.example"])
+
+
+def test_listeners_with_custom_names_and_advertised_endpoints(certs: dict[str, Path]) -> None:
     cfg = config_mod.load(
         {
             "listeners": "INTERNAL://127.0.0.1:0,EXTERNAL://0.0.0.0:9094",
             "advertised.listeners": "EXTERNAL://kafka.example:19094",
             "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL",
-            "ssl.keystore.location": "/nonexistent/broker.pem",
+            "ssl.keystore.location": str(certs["broker.pem"]),
         },
         env={},
     )
@@ -86,6 +94,24 @@ def test_controller_listeners_are_not_served() -> None:
 def test_bad_security_settings_are_refused(overrides: dict[str, str], message: str) -> None:
     with pytest.raises(config_mod.ConfigError, match=message):
         config_mod.load(overrides, env={})
+
+
+def test_tls_material_is_checked_before_anything_listens(certs: dict[str, Path], tmp_path: Path) -> None:
+    base = {"listeners": "SSL://127.0.0.1:0"}
+    with pytest.raises(config_mod.ConfigError, match=r"cannot load the PEM keystore .*/missing\.pem"):
+        config_mod.load({**base, "ssl.keystore.location": str(tmp_path / "missing.pem")}, env={})
+    with pytest.raises(config_mod.ConfigError, match="cannot load the PEM keystore"):
+        config_mod.load({**base, "ssl.keystore.location": str(certs["ca.pem"])}, env={})  # no key in it
+    with pytest.raises(config_mod.ConfigError, match=r"needs ssl\.truststore"):
+        config_mod.load(
+            {**base, "ssl.keystore.location": str(certs["broker.pem"]), "ssl.client.auth": "required"}, env={}
+        )
+    text = certs["broker.pem"].read_text()
+    i = text.index("-----BEGIN CERTIFICATE-----")
+    cfg = config_mod.load({**base, "ssl.keystore.key": text[:i], "ssl.keystore.certificate.chain": text[i:]}, env={})
+    assert server_context(cfg.values).verify_mode == ssl.CERT_NONE
+    with pytest.raises(config_mod.ConfigError, match="go together"):
+        config_mod.load({**base, "ssl.keystore.key": text[:i]}, env={})
 
 
 def test_listener_settings_from_the_environment() -> None:

@@ -28,18 +28,28 @@ def _load_inline_chain(ctx: ssl.SSLContext, key: str, chain: str, password: str 
 
 
 def server_context(cfg: Any) -> ssl.SSLContext:
-    """ValueError/ssl.SSLError/OSError when the material cannot be loaded."""
+    """ValueError naming the setting when the material cannot be loaded."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2  # Kafka's ssl.enabled.protocols: TLSv1.2,TLSv1.3
     password = cfg["ssl.key.password"]
-    if cfg["ssl.keystore.location"]:
-        ctx.load_cert_chain(cfg["ssl.keystore.location"], password=password)
-    else:
-        _load_inline_chain(ctx, cfg["ssl.keystore.key"], cfg["ssl.keystore.certificate.chain"], password)
-    if cfg["ssl.truststore.location"]:
-        ctx.load_verify_locations(cafile=cfg["ssl.truststore.location"])
-    if cfg["ssl.truststore.certificates"]:
-        ctx.load_verify_locations(cadata=cfg["ssl.truststore.certificates"])
+    try:
+        if cfg["ssl.keystore.location"]:
+            ctx.load_cert_chain(cfg["ssl.keystore.location"], password=password)
+        else:
+            _load_inline_chain(ctx, cfg["ssl.keystore.key"], cfg["ssl.keystore.certificate.chain"], password)
+    except (OSError, ValueError) as e:
+        where = cfg["ssl.keystore.location"] or "ssl.keystore.key/ssl.keystore.certificate.chain"
+        raise ValueError(f"cannot load the PEM keystore ({where}): {e}") from None
+    try:
+        if cfg["ssl.truststore.location"]:
+            ctx.load_verify_locations(cafile=cfg["ssl.truststore.location"])
+        if cfg["ssl.truststore.certificates"]:
+            ctx.load_verify_locations(cadata=cfg["ssl.truststore.certificates"])
+    except (OSError, ValueError) as e:
+        where = cfg["ssl.truststore.location"] or "ssl.truststore.certificates"
+        raise ValueError(f"cannot load the PEM truststore ({where}): {e}") from None
     mode = cfg["ssl.client.auth"]
+    if mode != "none" and not (cfg["ssl.truststore.location"] or cfg["ssl.truststore.certificates"]):
+        raise ValueError(f"ssl.client.auth={mode} needs ssl.truststore.location or ssl.truststore.certificates")
     ctx.verify_mode = {"required": ssl.CERT_REQUIRED, "requested": ssl.CERT_OPTIONAL}.get(mode, ssl.CERT_NONE)
     return ctx
