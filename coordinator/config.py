@@ -120,6 +120,12 @@ SETTINGS: Final[dict[str, Setting]] = {
             "SASL session lifetime: re-authenticate before it ends or the connection is closed (0 = none)",
         ),
         Setting(
+            "connection.failed.authentication.delay.ms",
+            _int_range(0, INT32_MAX),
+            100,
+            "a connection that failed authentication is closed this long after its answer",
+        ),
+        Setting(
             "sasl.server.max.receive.size",
             _int_range(1, INT32_MAX),
             524288,

@@ -167,6 +167,7 @@ class Server:
         self.sasl_mechanisms = parse_mechanisms(cfg["sasl.enabled.mechanisms"])
         self.reauth_ms: int = cfg["connections.max.reauth.ms"]
         self.sasl_max_receive: int = cfg["sasl.server.max.receive.size"]
+        self.failed_auth_delay_s: float = cfg["connection.failed.authentication.delay.ms"] / 1000
         self.max_request_bytes: int = cfg["socket.request.max.bytes"]
         self.max_elements: int = cfg["rallypoint.request.max.elements"]
         self.max_connections: int = cfg["max.connections"]
@@ -422,6 +423,10 @@ class Server:
                     reauthentication=reauth,
                     reason=step.reason,
                 )
+                # Kafka's connection.failed.authentication.delay.ms: the answer is read by the
+                # client before the connection closes, and nothing else is read meanwhile.
+                if self.failed_auth_delay_s > 0:
+                    await asyncio.sleep(self.failed_auth_delay_s)
                 return False
             if step.complete:
                 log.info(
