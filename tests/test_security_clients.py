@@ -5,6 +5,7 @@ re-authentication with confluent-kafka; Metadata advertises the listener the cli
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import time
@@ -110,6 +111,24 @@ def test_client_produces_consumes_and_commits_over_sasl(
     assert committed(plain, group, topic) == 1
     ok = [e for e in sasl_broker.events("sasl authenticated") if e["mechanism"] == mechanism]
     assert ok and all(e["principal"] == "User:alice" for e in ok)
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_kafkajs_over_sasl(
+    sasl_broker: BrokerProcess, mechanism: str, node_js: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    plain, sasl = endpoints(sasl_broker)
+    topic, group = names("kafkajs")
+    r = node_js("sasl.js", sasl, mechanism, "alice", "alice-secret", topic, group, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"value": "kafkajs"}
+    assert committed(plain, group, topic) == 1
+    r = node_js("sasl.js", sasl, mechanism, "alice", "wrong", topic + "-x", group + "-x", timeout=60)
+    assert r.returncode == 1
+    err = json.loads(r.stderr.strip().splitlines()[-1])
+    expected = PLAIN_FAILED if mechanism == "PLAIN" else "invalid credentials with SASL mechanism"
+    assert err["name"] == "KafkaJSSASLAuthenticationError" and expected in err["message"], err
+    assert nothing_stored(plain, topic + "-x", group + "-x")
 
 
 def refusals(b: BrokerProcess, after: int) -> list[dict[str, object]]:

@@ -5,6 +5,7 @@ without hurting other connections."""
 
 from __future__ import annotations
 
+import json
 import socket
 import ssl
 import subprocess
@@ -181,3 +182,15 @@ def test_inline_pem_keystore_and_mutual_tls(
     p2.flush(10)
     assert len(reports) == 1 and reports[0] is not None, "a client without a certificate got through"
     assert errors
+
+
+def test_kafkajs_over_sasl_ssl(
+    tls_broker: BrokerProcess, certs: Path, node_js: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
+    u = uuid.uuid4().hex[:8]
+    topic, group = f"saslssl-kafkajs-{u}", f"g-saslssl-kafkajs-{u}"
+    bootstrap = f"localhost:{tls_broker.listener_port('SASL_SSL')}"
+    r = node_js("sasl.js", bootstrap, "SCRAM-SHA-256", "alice", "alice-secret", topic, group, str(certs / "ca.pem"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"value": "kafkajs"}
+    assert committed(f"127.0.0.1:{tls_broker.listener_port('PLAINTEXT')}", group, topic) == 1
