@@ -37,6 +37,7 @@ SECTIONS: list[tuple[str, str]] = [
     ("Memory per member", "bench.memory"),
     ("Offsets log", "bench.offsets_log"),
     ("Data plane", "bench.produce_consume"),
+    ("TLS and SASL", "bench.security"),
     ("Fetch wake-up", "bench.fetch_wakeup"),
     ("Pipeline", "bench.pipeline"),
     ("Load", "bench.load"),

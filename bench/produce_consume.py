@@ -38,14 +38,21 @@ def main() -> None:
         measure(broker, args)
 
 
-def measure(broker: BrokerProcess, args: argparse.Namespace) -> tuple[float, float]:
-    """(produce msgs/s, consume msgs/s)."""
-    topic = "bench"
+def measure(
+    broker: BrokerProcess,
+    args: argparse.Namespace,
+    bootstrap: str | None = None,
+    client_conf: dict[str, str] | None = None,
+    topic: str = "bench",
+) -> tuple[float, float]:
+    """(produce msgs/s, consume msgs/s); ``bootstrap``/``client_conf``: another listener and its
+    security settings (bench.security)."""
     create_topic(broker, topic, args.partitions)
     payload = b"x" * args.size
+    conf = {"bootstrap.servers": bootstrap or broker.bootstrap, **(client_conf or {})}
     p = Producer(
         {
-            "bootstrap.servers": broker.bootstrap,
+            **conf,
             "acks": args.acks,
             "compression.type": args.compression,
             "linger.ms": 5,
@@ -68,7 +75,7 @@ def measure(broker: BrokerProcess, args: argparse.Namespace) -> tuple[float, flo
 
     c = Consumer(
         {
-            "bootstrap.servers": broker.bootstrap,
+            **conf,
             "group.id": "bench",
             "enable.auto.commit": False,
             "fetch.max.bytes": 52428800,

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 from .clock import Clock
 from .config import Config
 from .logger import get as get_logger
+from .security.credentials import CredentialStore
+from .security.listeners import CURRENT_ENDPOINT
 
 if TYPE_CHECKING:
     from .groups.consumer_runtime import ConsumerGroupsRuntime
@@ -113,14 +115,21 @@ class Broker:
         self.consumer_groups = consumer_groups  # KIP-848 consumer groups
         self.offsets_log = offsets_log
         self.bound_port: int = config["port"]  # the server sets the port it really bound
+        # SASL users and SCRAM credentials (docs/security.md, "Users and credentials")
+        self.credentials = CredentialStore.from_config(config, self.data_dir)
         self._components: list[Component] = []
 
     @property
     def advertised_host(self) -> str:
-        return self.config.advertised_host
+        """Of the listener the current connection came in on (docs/security.md, "Listeners")."""
+        endpoint = CURRENT_ENDPOINT.get()
+        return endpoint[0] if endpoint is not None else self.config.advertised_host
 
     @property
     def advertised_port(self) -> int:
+        endpoint = CURRENT_ENDPOINT.get()
+        if endpoint is not None:
+            return endpoint[1]
         p = self.config["advertised.port"]
         return int(p) if p is not None else self.bound_port
 

@@ -4,6 +4,7 @@
                [--control-port 9644] --config key=value ... [--log-format console|json] [--log-level info]
     rallypoint probe --host H --port P          # one ApiVersions round trip, exit 0/1
     rallypoint dump-log PATH [--json]           # print __consumer_offsets segments decoded
+    rallypoint certs --out DIR [--host H ...]   # a throwaway CA and broker certificate (PEM)
 
 Exit code 2 for bad arguments or configuration, before anything listens.
 """
@@ -27,6 +28,7 @@ SUBCOMMANDS: dict[str, str] = {
     "probe": "rallypoint.probe:main",
     "dump-log": "rallypoint.storage.dump:main",
     "report": "rallypoint.pipeline.job:main",
+    "certs": "rallypoint.security.certs:main",
 }
 
 

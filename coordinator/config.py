@@ -78,7 +78,72 @@ SETTINGS: Final[dict[str, Setting]] = {
             "advertised.listeners",
             _str,
             None,
-            "Kafka-style `PLAINTEXT://host:port`; sets advertised.host/port",
+            "Kafka's `NAME://host:port,...`: what each listener advertises",
+        ),
+        # Listeners, SASL and TLS: docs/security.md
+        Setting(
+            "listeners",
+            _str,
+            None,
+            "Kafka's `NAME://host:port,...`; several at once; when set, host/port are not used",
+            "PLAINTEXT://(host):(port)",
+        ),
+        Setting(
+            "listener.security.protocol.map",
+            _str,
+            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+            "listener name → security protocol (custom names allowed)",
+        ),
+        Setting("controller.listener.names", _str, None, "listeners not served (a KRaft controller's)"),
+        Setting(
+            "sasl.enabled.mechanisms",
+            _str,
+            "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "mechanisms SASL listeners offer (of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)",
+        ),
+        Setting(
+            "rallypoint.sasl.users",
+            _str,
+            None,
+            "`user:password,...`: users of PLAIN and both SCRAM mechanisms (passwords kept in memory only)",
+        ),
+        Setting(
+            "rallypoint.sasl.scram.iterations",
+            _int_range(4096, 16384),
+            4096,
+            "iterations of the SCRAM credentials derived from rallypoint.sasl.users",
+        ),
+        Setting(
+            "connections.max.reauth.ms",
+            _int_range(0, 2**62),
+            0,
+            "SASL session lifetime: re-authenticate before it ends or the connection is closed (0 = none)",
+        ),
+        Setting(
+            "connection.failed.authentication.delay.ms",
+            _int_range(0, INT32_MAX),
+            100,
+            "a connection that failed authentication is closed this long after its answer",
+        ),
+        Setting(
+            "sasl.server.max.receive.size",
+            _int_range(1, INT32_MAX),
+            524288,
+            "largest frame before authentication completes",
+        ),
+        Setting("ssl.keystore.type", _choice("pem"), "pem", "only PEM (KIP-651)"),
+        Setting("ssl.keystore.location", _str, None, "PEM file: PKCS#8 key and certificate chain"),
+        Setting("ssl.keystore.key", _str, None, "inline PEM private key (instead of a location)"),
+        Setting("ssl.keystore.certificate.chain", _str, None, "inline PEM certificate chain"),
+        Setting("ssl.key.password", _str, None, "password of an encrypted private key"),
+        Setting("ssl.truststore.type", _choice("pem"), "pem", "only PEM (KIP-651)"),
+        Setting("ssl.truststore.location", _str, None, "PEM file: CAs that client certificates are checked with"),
+        Setting("ssl.truststore.certificates", _str, None, "inline PEM CA certificates"),
+        Setting(
+            "ssl.client.auth",
+            _choice("none", "requested", "required"),
+            "none",
+            "mutual TLS: ask for / require a client certificate",
         ),
         Setting("data.dir", _str, "/tmp/rallypoint-data", "directory for the offsets log and metadata"),
         Setting("node.id", _int_range(0, INT32_MAX), 1, "broker id in Metadata"),
@@ -265,11 +330,8 @@ _IGNORED_ENV: Final = {
     "KAFKA_OPTS",
     "KAFKA_LOG4J_OPTS",
     "KAFKA_JMX_OPTS",
-    "KAFKA_LISTENERS",
     "KAFKA_PROCESS_ROLES",
     "KAFKA_CONTROLLER_QUORUM_VOTERS",
-    "KAFKA_CONTROLLER_LISTENER_NAMES",
-    "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP",
     "KAFKA_INTER_BROKER_LISTENER_NAME",
     "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR",
     "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
@@ -327,7 +389,7 @@ def load(overrides: Mapping[str, str] | None = None, env: Mapping[str, str] | No
             values[key] = SETTINGS[key].parse(value)
         except (ValueError, TypeError) as e:
             raise ConfigError(f"bad value for {key} from {where}: {e}") from None
-    if values["advertised.listeners"]:
+    if values["advertised.listeners"] and not values["listeners"]:
         try:
             host, port = _parse_listener(values["advertised.listeners"])
         except ValueError as e:
@@ -343,7 +405,38 @@ def load(overrides: Mapping[str, str] | None = None, env: Mapping[str, str] | No
         # SocketServer's SimpleMemoryPool refuses a pool smaller than one request.
         raise ConfigError(f"queued.max.request.bytes ({pool}) must be at least socket.request.max.bytes ({frame})")
     _check_consumer_group_settings(values)
+    _check_security_settings(values)
     return Config(values)
+
+
+def _check_security_settings(values: Mapping[str, Any]) -> None:
+    """Listeners, SASL users and mechanisms, TLS material: refused before anything listens."""
+    from .security import listeners as listeners_mod
+    from .security.credentials import parse_users
+    from .security.sasl import parse_mechanisms
+
+    try:
+        found = listeners_mod.from_config(values)
+        parse_mechanisms(values["sasl.enabled.mechanisms"])
+        parse_users(values["rallypoint.sasl.users"])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if any(listener.tls for listener in found):
+        has_location = bool(values["ssl.keystore.location"])
+        has_inline = bool(values["ssl.keystore.key"] or values["ssl.keystore.certificate.chain"])
+        if has_location == has_inline:
+            raise ConfigError(
+                "an SSL or SASL_SSL listener needs ssl.keystore.location, or ssl.keystore.key and "
+                "ssl.keystore.certificate.chain (PEM), but not both"
+            )
+        if has_inline and not (values["ssl.keystore.key"] and values["ssl.keystore.certificate.chain"]):
+            raise ConfigError("ssl.keystore.key and ssl.keystore.certificate.chain go together")
+        from .security.tls import server_context
+
+        try:
+            server_context(values)  # the files are read and checked now, before anything listens
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 def _check_consumer_group_settings(values: Mapping[str, Any]) -> None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import itertools
 import socket
@@ -56,6 +57,10 @@ from .control import control_plane_for
 from .handlers import load_handlers
 from .handlers.api_versions import unsupported_version_body
 from .logger import get as get_logger
+from .security import listeners as listeners_mod
+from .security.listeners import CURRENT_ENDPOINT, Listener
+from .security.sasl import SASL_HANDSHAKE, SaslAuthenticator, parse_mechanisms
+from .security.tls import server_context
 
 log = get_logger("rallypoint.server")
 
@@ -181,12 +186,29 @@ class _Decoded:
 SHUTDOWN_GRACE_S = 5.0
 
 
+# A TLS handshake that takes longer than this closes the connection (a plaintext client on a
+# TLS listener fails at once; one that sends nothing does not hold a connection forever).
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+
+
 class Server:
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
+    def __init__(self, broker: Broker, host: str, port: int, listeners: list[Listener] | None = None) -> None:
+        """``listeners`` default: the config's ``listeners``, else ``PLAINTEXT://host:port``."""
         self.broker = broker
-        self.host = host
-        self.port = port
         cfg = broker.config
+        if listeners is None:
+            if cfg["listeners"]:
+                listeners = listeners_mod.from_config(cfg.values)
+            else:
+                ad_host, ad_port = cfg["advertised.host"], cfg["advertised.port"]
+                listeners = [Listener("PLAINTEXT", "PLAINTEXT", host, port, ad_host, ad_port)]
+        self.listeners = listeners
+        self.host = listeners[0].host
+        self.port = listeners[0].port
+        self.sasl_mechanisms = parse_mechanisms(cfg["sasl.enabled.mechanisms"])
+        self.reauth_ms: int = cfg["connections.max.reauth.ms"]
+        self.sasl_max_receive: int = cfg["sasl.server.max.receive.size"]
+        self.failed_auth_delay_s: float = cfg["connection.failed.authentication.delay.ms"] / 1000
         self.max_request_bytes: int = cfg["socket.request.max.bytes"]
         self.max_elements: int = cfg["rallypoint.request.max.elements"]
         self.max_connections: int = cfg["max.connections"]
@@ -203,6 +225,7 @@ class Server:
         self.handlers = load_handlers()
         self.hook = control_plane_for(broker)  # docs/control.md; a no-op when the control plane is off
         self._server: asyncio.base_events.Server | None = None
+        self._servers: list[asyncio.base_events.Server] = []
         self._conn_ids = itertools.count(1)
         self._connections: dict[int, tuple[asyncio.Task[None], asyncio.StreamWriter]] = {}
         self._per_ip: Counter[str] = Counter()
@@ -217,28 +240,48 @@ class Server:
         # every object they walk and would stall all connections at once.
         gc.freeze()
         try:
-            self._server = await asyncio.start_server(
-                self._on_connect, self.host, self.port, reuse_address=True, limit=_READ_AHEAD
-            )
-            self.port = self._server.sockets[0].getsockname()[1]
+            for listener in self.listeners:
+                ssl_ctx = server_context(self.broker.config) if listener.tls else None
+                server = await asyncio.start_server(
+                    functools.partial(self._on_connect, listener),
+                    listener.host or None,
+                    listener.port,
+                    reuse_address=True,
+                    limit=_READ_AHEAD,
+                    ssl=ssl_ctx,
+                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if ssl_ctx is not None else None,
+                )
+                self._servers.append(server)
+                listener.bound_port = server.sockets[0].getsockname()[1]
+            self._server = self._servers[0]
+            self.port = self.listeners[0].bound_port
+            self.broker.bound_port = self.port
             control = await self.hook.start(self)
         except BaseException:
-            if self._server is not None:
-                self._server.close()
+            for server in self._servers:
+                server.close()
             await self.broker.stop()  # components started above (files open) are closed again
             raise
-        sock = self._server.sockets[0]
-        self.port = sock.getsockname()[1]
-        self.broker.bound_port = self.port
+        default_host = self.broker.config.advertised_host
+        advertised = [self._advertised(listener) for listener in self.listeners]
         log.info(
             "listening",
             host=self.host,
             port=self.port,
-            advertised=f"{self.broker.advertised_host}:{self.broker.advertised_port}",
+            advertised=f"{advertised[0][0]}:{advertised[0][1]}",
+            listeners=[listener.url() for listener in self.listeners],
+            advertised_listeners=[
+                f"{listener.name}://{listener.advertised(default_host)[0]}:{listener.advertised(default_host)[1]}"
+                for listener in self.listeners
+            ],
+            security_protocols={listener.name: listener.protocol for listener in self.listeners},
             node_id=self.broker.node_id,
             cluster_id=self.broker.cluster_id,
             control=control,
         )
+
+    def _advertised(self, listener: Listener) -> tuple[str, int]:
+        return listener.advertised(self.broker.config.advertised_host)
 
     async def stop(self) -> None:
         """Stop accepting, answer in-flight requests (bounded), close connections, flush components.
@@ -256,8 +299,8 @@ class Server:
         self._closing = True
         log.info("shutting down", connections=len(self._connections), busy=len(self._busy))
         await self.hook.stop()  # held requests are released, the control listener closes
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for cid, (task, _writer) in list(self._connections.items()):
             if cid not in self._busy:
                 task.cancel()
@@ -273,14 +316,14 @@ class Server:
         if remaining:
             await asyncio.gather(*remaining, return_exceptions=True)
         await self.broker.stop()
-        if self._server is not None:
+        for server in self._servers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+                await asyncio.wait_for(server.wait_closed(), 1.0)
         log.info("stopped")
 
     # ------------------------------------------------------------------ connections
 
-    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connect(self, listener: Listener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._closing:
             writer.close()
             return
@@ -307,8 +350,17 @@ class Server:
         # drain() waits while more than this many answer bytes wait for the peer.
         writer.transport.set_write_buffer_limits(high=self.max_queued_response_bytes)
         self._size_socket_buffers(writer)
+        # This task's context: Metadata and FindCoordinator answer with this listener's endpoint.
+        CURRENT_ENDPOINT.set(self._advertised(listener))
+        session: SaslAuthenticator | None = None
         try:
-            await self._serve_connection(cid, client_host, reader, writer)
+            if listener.sasl:
+                session = SaslAuthenticator(
+                    self.sasl_mechanisms, self.broker.credentials, self.reauth_ms, self.max_elements
+                )
+                if not await self._authenticate(cid, client_host, reader, writer, session, None):
+                    return
+            await self._serve_connection(cid, client_host, reader, writer, session)
         except asyncio.CancelledError:
             pass
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -368,8 +420,83 @@ class Server:
             body += chunk
         return memoryview(body).toreadonly()  # kio reads only read-only buffers
 
+    async def _authenticate(
+        self,
+        cid: int,
+        client_host: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        session: SaslAuthenticator,
+        first: bytes | memoryview | None,
+    ) -> bool:
+        """Run the SASL exchange (``first``: a SaslHandshake already read, re-authentication).
+
+        True once authenticated; False when the connection is to be closed (answers sent)."""
+        reauth = first is not None
+        if reauth:
+            session.begin_reauthentication()
+        body = first
+        while True:
+            if body is None:
+                size_bytes = await self._idle_bound(reader.readexactly(4), "authenticating")
+                (size,) = _SIZE.unpack(size_bytes)
+                if size <= 0 or size > self.sasl_max_receive:
+                    # SaslServerAuthenticator: "invalid receive size" (sasl.server.max.receive.size);
+                    # a TLS ClientHello on a SASL_PLAINTEXT listener ends here too.
+                    log.warning(
+                        "closing connection: bad frame size during SASL authentication",
+                        connection=cid,
+                        client=client_host,
+                        size=size,
+                        max=self.sasl_max_receive,
+                    )
+                    return False
+                body = await self._read_body(reader, size)
+            step = session.on_frame(body, self.broker.clock.now_ms())
+            if step.delegate:  # ApiVersions before the handshake: the usual answer
+                answer = await self._process(cid, client_host, body)
+                if answer is None:
+                    return False
+                writer.write(answer)
+                await self._drain(writer)
+                body = None
+                continue
+            body = None
+            if step.answer:
+                writer.write(step.answer)
+                await self._drain(writer)
+            if step.close:
+                log.info(
+                    "closing connection: SASL authentication failed",
+                    connection=cid,
+                    client=client_host,
+                    mechanism=session.mechanism,
+                    reauthentication=reauth,
+                    reason=step.reason,
+                )
+                # Kafka's connection.failed.authentication.delay.ms: the answer is read by the
+                # client before the connection closes, and nothing else is read meanwhile.
+                if self.failed_auth_delay_s > 0:
+                    await asyncio.sleep(self.failed_auth_delay_s)
+                return False
+            if step.complete:
+                log.info(
+                    "sasl reauthenticated" if reauth else "sasl authenticated",
+                    connection=cid,
+                    client=client_host,
+                    principal=f"User:{session.principal}",
+                    mechanism=session.mechanism,
+                    session_lifetime_ms=self.reauth_ms,
+                )
+                return True
+
     async def _serve_connection(
-        self, cid: int, client_host: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        cid: int,
+        client_host: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        session: SaslAuthenticator | None = None,
     ) -> None:
         out = _Answers(writer)
         transport = writer.transport
@@ -424,6 +551,22 @@ class Server:
                             "closing connection: truncated frame", connection=cid, client=client_host, size=size
                         )
                         return
+                    if session is not None:
+                        # KIP-368: a SaslHandshake re-authenticates; after expiry nothing else is served
+                        is_handshake = len(body) >= 2 and int.from_bytes(body[:2], "big") == SASL_HANDSHAKE
+                        if is_handshake:
+                            out.flush()
+                            if not await self._authenticate(cid, client_host, reader, writer, session, body):
+                                return
+                            continue
+                        if session.expired(self.broker.clock.now_ms()):
+                            log.info(
+                                "closing connection: SASL session expired",
+                                connection=cid,
+                                client=client_host,
+                                principal=f"User:{session.principal}",
+                            )
+                            return
                     # Busy until the answer is handed to the socket: shutdown waits for it.
                     self._busy.add(cid)
                     answer = await self._process(cid, client_host, body)

@@ -11,8 +11,9 @@
 #   KAFKA_DATA_DIR  /var/lib/rallypoint  the image's VOLUME (unless KAFKA_LOG_DIRS names one)
 #   RALLYPOINT_LOG_FORMAT console|json   RALLYPOINT_LOG_LEVEL debug|info|warning|error
 #
-# Arguments: none or flags (--config k=v ...) run the broker with them; `probe ...` or another
-# rallypoint subcommand runs that; anything else (e.g. `sh`) is executed as given.
+# Arguments: none or flags (--config k=v ...) run the broker with them; `probe ...` or
+# `certs ...` (a throwaway CA and broker certificate, docs/security.md) runs that rallypoint
+# subcommand; anything else (e.g. `sh`) is executed as given.
 # The broker is exec'ed, so it is PID 1 and receives SIGTERM/SIGINT from `docker stop` directly.
 set -eu
 
@@ -38,7 +39,7 @@ case "${1:-}" in
             --log-level "${RALLYPOINT_LOG_LEVEL:-info}" \
             "$@"
         ;;
-    probe)
+    probe | certs)
         exec rallypoint "$@"
         ;;
     *)

@@ -49,6 +49,10 @@ SERVED_APIS: Final[dict[int, ApiRange]] = {
         ApiRange(47, "OffsetDelete", 0, 0),
         ApiRange(68, "ConsumerGroupHeartbeat", 0, 1),
         ApiRange(69, "ConsumerGroupDescribe", 0, 1),
+        ApiRange(17, "SaslHandshake", 0, 1),
+        ApiRange(36, "SaslAuthenticate", 0, 2),
+        ApiRange(50, "DescribeUserScramCredentials", 0, 0),
+        ApiRange(51, "AlterUserScramCredentials", 0, 0),
     )
 }
 

@@ -81,6 +81,7 @@ def expected_paths(name: str, version: int) -> list[str]:
         "CreateTopics": ["topics"],
         "DeleteTopics": ["responses"],
         "CreatePartitions": ["results"],
+        "AlterUserScramCredentials": ["results"],
     }
     if name == "Fetch":
         if version < 7:

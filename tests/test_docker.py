@@ -974,3 +974,30 @@ def test_build_local_hard_codes_no_registry_or_mirror_host() -> None:
             text = path.read_text()
             for host in ("deb.debian.org", "docker.io", "registry-1", "quay.io", "ghcr.io", "pypi.org"):
                 assert host not in text, f"{path.relative_to(ROOT)} names {host}"
+
+
+def test_entrypoint_sasl_ssl_from_the_environment(
+    dockerfile: Dockerfile, tmp_path: Path, entrypoint_broker: list[EntrypointBroker]
+) -> None:
+    """docs/docker.md, "SASL_SSL": certificates from the image's `certs`, listeners and users from
+    KAFKA_* variables; a real client produces and consumes over SASL_SSL (SCRAM-SHA-512)."""
+    from tests.support.secure_clients import Sec, confluent_roundtrip
+
+    certs = tmp_path / "certs"
+    maker = start_entrypoint(dockerfile, tmp_path, entrypoint_broker, args=["certs", "--out", str(certs)])
+    assert maker.proc is not None
+    assert maker.proc.wait(60) == 0, maker.log()
+    port, sasl_ssl = free_port(), free_port()
+    env = {
+        "KAFKA_LISTENERS": f"PLAINTEXT://127.0.0.1:{port},SASL_SSL://127.0.0.1:{sasl_ssl}",
+        "KAFKA_ADVERTISED_LISTENERS": f"SASL_SSL://localhost:{sasl_ssl}",
+        "KAFKA_SSL_KEYSTORE_TYPE": "PEM",
+        "KAFKA_SSL_KEYSTORE_LOCATION": str(certs / "broker.pem"),
+        "KAFKA_RALLYPOINT_SASL_USERS": "alice:alice-secret",
+    }
+    b = start_entrypoint(dockerfile, tmp_path, entrypoint_broker, env, port=port)
+    b.wait_healthy()  # the HEALTHCHECK's probe reaches the PLAINTEXT listener on KAFKA_PORT
+    sec = Sec("SASL_SSL", "SCRAM-SHA-512", ca=str(certs / "ca.pem"))
+    got = confluent_roundtrip(f"localhost:{sasl_ssl}", sec, "docker-sasl-ssl", "g-docker-sasl-ssl")
+    assert got == [b"confluent-kafka"]
+    assert b.stop(timeout=15) == 0, b.log()

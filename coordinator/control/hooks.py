@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..broker import Broker, RequestContext
+    from ..security.listeners import Listener
 
 Response = Mapping[str, Any] | Any | None  # a handler's answer: a dict, a codec message, or None
 Handler = Callable[["RequestContext", Any], Awaitable[Response]]
@@ -34,6 +35,7 @@ class ServerInfo(Protocol):
     broker: Broker
     host: str
     port: int
+    listeners: list[Listener]  # every listener (docs/security.md, "Listeners")
 
 
 class RequestHook(Protocol):

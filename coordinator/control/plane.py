@@ -293,12 +293,17 @@ class ControlPlane:
 
     def health(self) -> dict[str, Any]:
         server = self.server
-        listeners = [f"PLAINTEXT://{_host_port(server.host, server.port)}"] if server is not None else []
         broker = self.broker
+        listeners: list[str] = []
+        advertised = [f"PLAINTEXT://{_host_port(broker.advertised_host, broker.advertised_port)}"]
+        if server is not None:  # every listener (docs/security.md, "Listeners")
+            default_host = broker.config.advertised_host
+            listeners = [f"{lst.name}://{_host_port(lst.host, lst.bound_port or lst.port)}" for lst in server.listeners]
+            advertised = [f"{lst.name}://{_host_port(*lst.advertised(default_host))}" for lst in server.listeners]
         return {
             "node_id": broker.node_id,
             "listeners": listeners,
-            "advertised_listeners": [f"PLAINTEXT://{_host_port(broker.advertised_host, broker.advertised_port)}"],
+            "advertised_listeners": advertised,
             "control": self.address,
             "uptime_ms": int((time.monotonic() - self.started) * 1000),
             "cluster_id": broker.cluster_id,

@@ -312,6 +312,9 @@ def _mirror_arrays(
     return out
 
 
+ALTER_USER_SCRAM_CREDENTIALS_KEY = 51
+
+
 def error_body(
     api_key: int, version: int, request: Any, code: int, target: Target | None, namer: TopicNamer
 ) -> dict[str, Any]:
@@ -319,6 +322,11 @@ def error_body(
     error ``code``: the whole request (``target`` None) or only the targeted entries."""
     cls = codec.response_class(api_key, version)
     out: dict[str, Any] = {}
+    if target is None and api_key == ALTER_USER_SCRAM_CREDENTIALS_KEY:
+        # AlterUserScramCredentialsRequest.getErrorResponse: one result per user named, sorted
+        users = sorted({e.name for e in (*request.deletions, *request.upsertions)})
+        out["results"] = [{"user": u, "error_code": code, "error_message": None} for u in users]
+        return out
     if target is None:
         out.update(_sentinels(cls))
         for f in TOP_COPIED:

@@ -44,6 +44,10 @@ MODULES: dict[int, str] = {
     47: "offset_delete",
     68: "consumer_group_heartbeat",
     69: "consumer_group_describe",
+    17: "sasl_handshake",
+    36: "sasl_authenticate",
+    50: "describe_user_scram_credentials",
+    51: "alter_user_scram_credentials",
 }
 
 

@@ -45,6 +45,15 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"{self.host}:{self.port}"
 
+    def listener_port(self, name: str) -> int:
+        """The bound port of listener ``name`` (from the ``listening`` line's ``listeners``)."""
+        for ev in self.events("listening"):
+            for url in ev.get("listeners", []):
+                lname, _, rest = url.partition("://")
+                if lname == name:
+                    return int(rest.rpartition(":")[2])
+        raise KeyError(f"no listener {name} in the listening line")
+
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "rallypoint", "--host", self.host, "--port", str(self.requested_port)]
         cmd += ["--data-dir", str(self.data_dir), "--log-format", "json"]
