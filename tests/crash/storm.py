@@ -55,6 +55,7 @@ class Storm:
     client_errors: dict[str, int] = field(default_factory=dict)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _log_levels: dict[str, int] = field(default_factory=dict)  # restored by stop()
 
     @property
     def groups(self) -> list[str]:
@@ -69,6 +70,7 @@ class Storm:
     def start(self) -> None:
         # the clients' own loggers report every broker death at ERROR; keep the run's output readable
         for name in ("kafka", "aiokafka"):
+            self._log_levels.setdefault(name, logging.getLogger(name).level)
             logging.getLogger(name).setLevel(logging.CRITICAL)
         c = self.config
         targets: list[tuple[str, Callable[..., None], tuple[Any, ...]]] = []
@@ -97,6 +99,8 @@ class Storm:
         deadline = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.1, deadline - time.monotonic()))
+        for name, level in self._log_levels.items():  # later tests in this process read these loggers
+            logging.getLogger(name).setLevel(level)
         return [t.name for t in self._threads if t.is_alive()]
 
     def _ok(self, who: str) -> None:
