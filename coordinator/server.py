@@ -589,9 +589,14 @@ class Server:
     async def _process(self, cid: int, client_host: str, body: bytes | memoryview) -> bytes | None:
         """The response frame, b"" for no response, or None to close the connection."""
         # queued.max.requests: a request holds a slot from the time it is read until its
-        # handler takes it (Kafka's request queue between network and handler threads).
-        async with self._request_slots:
+        # handler takes it (Kafka's request queue between network and handler threads).  A
+        # small frame is decoded without yielding, so it would hold its slot for no time at
+        # all: it only waits for one while every slot is held (by frames decoded off the loop).
+        if len(body) < _DECODE_OFF_LOOP_BYTES and not self._request_slots.locked():
             decoded = await self._decode(cid, client_host, body)
+        else:
+            async with self._request_slots:
+                decoded = await self._decode(cid, client_host, body)
         if not isinstance(decoded, _Decoded):
             return decoded
         api_key, version, corr = decoded.api_key, decoded.version, decoded.corr

@@ -22,7 +22,7 @@ import datetime
 import functools
 import io
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from kio.index import load_request_schema, load_response_schema
@@ -241,47 +241,67 @@ def _implicit_default(f: dataclasses.Field[Any], fc: Any) -> Any:
         return _NO_DEFAULT
 
 
-def _convert(kafka_type: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if kafka_type == "error_code":
-        return value if isinstance(value, KioErrorCode) else KioErrorCode(int(value))
-    if kafka_type in ("timedelta_i32", "timedelta_i64"):
-        if isinstance(value, datetime.timedelta):
-            return value
-        return datetime.timedelta(milliseconds=int(value))
-    if kafka_type == "datetime_i64":
-        if isinstance(value, datetime.datetime):
-            return value
-        return datetime.datetime.fromtimestamp(int(value) / 1000, tz=datetime.UTC)
-    if kafka_type == "uuid":
-        if isinstance(value, uuid.UUID):
-            return value
-        return uuid.UUID(str(value))
-    if kafka_type == "bool":
-        return bool(value)
-    return value
+def _to_error_code(value: Any) -> Any:
+    if type(value) is KioErrorCode:
+        return value
+    code = _ERROR_CODES.get(value)  # ints and rallypoint's ErrorCode (an IntEnum) alike
+    return code if code is not None else KioErrorCode(int(value))
+
+
+_ZERO_MS: Final = datetime.timedelta(0)
+
+
+def _to_timedelta(value: Any) -> Any:
+    if isinstance(value, datetime.timedelta):
+        return value
+    return _ZERO_MS if value == 0 else datetime.timedelta(milliseconds=int(value))
+
+
+def _to_datetime(value: Any) -> Any:
+    if isinstance(value, datetime.datetime):
+        return value
+    return datetime.datetime.fromtimestamp(int(value) / 1000, tz=datetime.UTC)
+
+
+def _to_uuid(value: Any) -> Any:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+
+
+_ERROR_CODES: Final[dict[Any, KioErrorCode]] = {int(c): c for c in KioErrorCode}
+# How a dict value becomes the field's type, by kio's kafka_type (absent: taken as it is).
+_CONVERTERS: Final[dict[str, Callable[[Any], Any]]] = {
+    "error_code": _to_error_code,
+    "timedelta_i32": _to_timedelta,
+    "timedelta_i64": _to_timedelta,
+    "datetime_i64": _to_datetime,
+    "uuid": _to_uuid,
+    "bool": bool,
+}
+
+
+@functools.cache
+def _build_plan(cls: type) -> tuple[tuple[str, Callable[[Any], Any] | None, Any, Any], ...]:
+    """(name, converter or None, nested entity class or None, default) for each field."""
+    return tuple((name, _CONVERTERS.get(kt), nested, default) for name, kt, nested, default in _field_plan(cls))
 
 
 def build(cls: type, data: Mapping[str, Any]) -> Message:
     """Build ``cls`` from a dict; unknown keys are ignored, missing keys take defaults."""
     kwargs: dict[str, Any] = {}
-    for name, kafka_type, nested, default in _field_plan(cls):
+    for name, conv, nested, default in _build_plan(cls):
         if name in data:
             value = data[name]
-            if nested is not None:
-                if value is None:
-                    pass
-                elif isinstance(value, Mapping):
+            if value is None:
+                pass
+            elif nested is not None:
+                if type(value) is dict or isinstance(value, Mapping):
                     value = build(nested, value)
                 elif isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
                     value = tuple(build(nested, item) if isinstance(item, Mapping) else item for item in value)
-            elif isinstance(value, list):
-                value = tuple(_convert(kafka_type, v) for v in value)
-            elif isinstance(value, tuple):
-                value = tuple(_convert(kafka_type, v) for v in value)
-            else:
-                value = _convert(kafka_type, value)
+            elif type(value) is list or type(value) is tuple:
+                value = tuple(value) if conv is None else tuple(None if v is None else conv(v) for v in value)
+            elif conv is not None:
+                value = conv(value)
             kwargs[name] = value
         elif default is _NO_DEFAULT:
             if nested is not None:
@@ -306,10 +326,11 @@ def encode_response(api_key: int, version: int, correlation_id: int, data: Mappi
 
     Metadata answers given as dicts take :mod:`protocol.metadata_response` (same bytes, a
     fraction of the time: they grow with the broker's topics and partitions)."""
-    if api_key == metadata_response.API_KEY and isinstance(data, Mapping):
+    is_dict = type(data) is dict or isinstance(data, Mapping)
+    if api_key == metadata_response.API_KEY and is_dict:
         body = metadata_response.encode(version, data)
     else:
-        msg = data if not isinstance(data, Mapping) else build_response(api_key, version, data)
+        msg = build(response_class(api_key, version), data) if is_dict else data
         body = encode_message(msg)
     header = framing.response_header(correlation_id, response_header_version(api_key, version))
     return framing.frame(header + body)

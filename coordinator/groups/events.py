@@ -10,7 +10,7 @@ transition or an internal error.  Nothing here does any I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from rallypoint.protocol.errors import ErrorCode
 
@@ -258,57 +258,55 @@ class DeleteGroupsResult:
 
 
 # ---------------------------------------------------------------------------- timer keys
-# One small frozen dataclass per kind of timer; at most one timer is armed per key (arming
+# One small named tuple per kind of timer; at most one timer is armed per key (arming
 # replaces).  ``sort_key`` orders timers that fall due at the same millisecond (the fake
-# clock's ``advance`` fires them in that order).
+# clock's ``advance`` fires them in that order).  Named tuples rather than frozen dataclasses:
+# keys are hashed on every heartbeat, and a tuple hashes and compares in C.  The trailing
+# ``kind`` field (leave it at its default) keeps keys of different kinds with equal fields
+# apart (a JoinKey and a SyncKey of one group).
 
 
-@dataclass(frozen=True, slots=True)
-class HeartbeatKey:
+class HeartbeatKey(NamedTuple):
     """A member's (or pending member's) session, or the new-member join timeout."""
 
     group_id: str
     member_id: str
-    kind: ClassVar[str] = "heartbeat"
+    kind: str = "heartbeat"
 
     def sort_key(self) -> tuple[str, ...]:
         return (self.kind, self.group_id, self.member_id)
 
 
-@dataclass(frozen=True, slots=True)
-class JoinKey:
+class JoinKey(NamedTuple):
     """The join phase of a rebalance (the initial delayed join included)."""
 
     group_id: str
-    kind: ClassVar[str] = "join"
+    kind: str = "join"
 
     def sort_key(self) -> tuple[str, ...]:
         return (self.kind, self.group_id)
 
 
-@dataclass(frozen=True, slots=True)
-class SyncKey:
+class SyncKey(NamedTuple):
     """Members that must send SyncGroup after a join phase (pending-sync expiry)."""
 
     group_id: str
-    kind: ClassVar[str] = "sync"
+    kind: str = "sync"
 
     def sort_key(self) -> tuple[str, ...]:
         return (self.kind, self.group_id)
 
 
-@dataclass(frozen=True, slots=True)
-class RetentionKey:
+class RetentionKey(NamedTuple):
     """The periodic offsets-retention pass (one for the whole coordinator)."""
 
-    kind: ClassVar[str] = "retention"
+    kind: str = "retention"
 
     def sort_key(self) -> tuple[str, ...]:
         return (self.kind,)
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerMemberKey:
+class ConsumerMemberKey(NamedTuple):
     """A timer of a member of a consumer (KIP-848) group: ``timer`` is ``session``,
     ``rebalance`` (revocation), or a classic member's ``join`` / ``sync`` deadline
     (docs/consumer-groups.md)."""
@@ -316,7 +314,7 @@ class ConsumerMemberKey:
     timer: str
     group_id: str
     member_id: str
-    kind: ClassVar[str] = "consumer"
+    kind: str = "consumer"
 
     def sort_key(self) -> tuple[str, ...]:
         return (self.kind, self.timer, self.group_id, self.member_id)

@@ -23,7 +23,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
@@ -80,6 +80,9 @@ class _Timer:
     handle_at: int = 0  # deadline the handle was scheduled for
 
 
+_NO_ANSWER: Final = object()
+
+
 class GroupsRuntime:
     def __init__(
         self,
@@ -96,6 +99,10 @@ class GroupsRuntime:
         self.offsets_log = offsets_log
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future[Any]] = {}
+        # The request being handed to the machine and its answer when the machine answers at
+        # once (most do): no future is made for it (the heartbeat path, docs/BENCHMARKS.md).
+        self._calling: int | None = None
+        self._answer: Any = _NO_ANSWER
         self._timers: dict[TimerKey, _Timer] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -164,18 +171,23 @@ class GroupsRuntime:
 
     async def _request(self, call: Callable[[int, int], list[Effect]], kind: type[T]) -> T:
         token = next(self._tokens)
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._futures[token] = fut
+        self._calling = token
         try:
-            effects = call(token, self.clock.now_ms())
-        except Exception:
-            # The coordinator recovers from errors inside an event itself; this is a bug in
-            # that recovery.  The request fails (its connection handler answers or closes).
-            self._futures.pop(token, None)
-            log.exception("group coordinator failed", request=kind.__name__)
-            raise
-        self._apply(effects)
-        result = await fut
+            try:
+                effects = call(token, self.clock.now_ms())
+            except Exception:
+                # The coordinator recovers from errors inside an event itself; this is a bug in
+                # that recovery.  The request fails (its connection handler answers or closes).
+                log.exception("group coordinator failed", request=kind.__name__)
+                raise
+            self._apply(effects)
+        finally:
+            self._calling = None
+        result, self._answer = self._answer, _NO_ANSWER
+        if result is _NO_ANSWER:  # answered later (after a write, a join phase ...)
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self._futures[token] = fut
+            result = await fut
         assert isinstance(result, kind), result
         return result
 
@@ -219,6 +231,9 @@ class GroupsRuntime:
         while queue:
             e = queue.popleft()
             if isinstance(e, Respond):
+                if e.token == self._calling:
+                    self._answer = e.result
+                    continue
                 fut = self._futures.pop(e.token, None)
                 if fut is not None and not fut.done():
                     fut.set_result(e.result)
