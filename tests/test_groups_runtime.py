@@ -58,6 +58,16 @@ class FakeLog:
         self.fail: PersistError | None = None
         self.active = 0
         self.max_active = 0
+        self.now_ok = False  # append_now takes batches (a log with no fsync to wait for)
+        self.now_calls: list[tuple[int, tuple[Record, ...]]] = []
+
+    def append_now(self, partition: int, records: Sequence[Record]) -> bool:
+        if not self.now_ok:
+            return False  # every append waits at the gate (or fails)
+        self.now_calls.append((partition, tuple(records)))
+        if self.fail is not None:
+            raise self.fail
+        return True
 
     async def append(self, partition: int, records: Sequence[Record]) -> None:
         self.calls.append((partition, tuple(records)))
@@ -127,6 +137,48 @@ async def test_appends_reach_the_log_in_order_without_waiting_for_each_other(tmp
     log.gate.set()
     await asyncio.wait_for(asyncio.gather(*tasks), 5)
     assert log.max_active == 5
+    await rt.stop()
+
+
+async def test_a_write_the_log_takes_at_once_answers_within_the_request(tmp_path: Path) -> None:
+    """With no fsync to wait for, the log writes the batch during the event (``append_now``):
+    the commit is answered without an append task; a failure there is mapped as ever."""
+    log = FakeLog()
+    log.now_ok = True
+    rt = await started(tmp_path, log)
+    result = await rt.commit_offsets(commit_req("g", 5))
+    assert result.topics[0].partitions == ((0, E.NONE),)
+    assert [r[0][0] for _p, r in log.now_calls] == [OffsetCommitKey("g", "t", 0)] and not log.calls
+    fetched = await rt.fetch_offsets(OffsetFetchRequest((OffsetFetchGroupRequest("g", (("t", (0,)),)),)))
+    assert fetched.groups[0].topics[0].partitions[0].offset == 5
+    log.fail = PersistError("disk on fire", E.KAFKA_STORAGE_ERROR)
+    result = await rt.commit_offsets(commit_req("g", 6))
+    assert result.topics[0].partitions == ((0, E.NOT_COORDINATOR),)
+    fetched = await rt.fetch_offsets(OffsetFetchRequest((OffsetFetchGroupRequest("g", (("t", (0,)),)),)))
+    assert fetched.groups[0].topics[0].partitions[0].offset == 5  # the failed write was undone
+    await rt.stop()
+
+
+async def test_no_write_at_once_passes_an_append_still_in_flight_on_its_partition(tmp_path: Path) -> None:
+    """Order per partition: while an append task of the runtime is in flight on a partition,
+    later batches for it go the same way, even when the log could take them at once."""
+    log = FakeLog()
+    rt = await started(tmp_path, log)
+    log.gate.clear()
+    first = asyncio.create_task(rt.commit_offsets(commit_req("g", 1)))  # append_now declines: a task
+    await asyncio.sleep(0.01)
+    log.now_ok = True
+    second = asyncio.create_task(rt.commit_offsets(commit_req("g", 2)))
+    other = await asyncio.wait_for(rt.commit_offsets(commit_req("x", 3)), 5)  # another partition
+    await asyncio.sleep(0.01)
+    assert partition_for("x", 50) != partition_for("g", 50)
+    assert other.topics[0].partitions == ((0, E.NONE),)
+    assert [(p, r[0][1].offset) for p, r in log.now_calls] == [(partition_for("x", 50), 3)]  # type: ignore[union-attr]
+    assert [r[0][1].offset for _p, r in log.calls] == [1, 2]  # type: ignore[union-attr]
+    log.gate.set()
+    await asyncio.wait_for(asyncio.gather(first, second), 5)
+    third = await rt.commit_offsets(commit_req("g", 4))  # nothing in flight any more: at once
+    assert third.topics[0].partitions == ((0, E.NONE),) and log.now_calls[-1][1][0][1].offset == 4  # type: ignore[union-attr]
     await rt.stop()
 
 

@@ -724,3 +724,59 @@ async def test_a_move_cut_short_before_its_tombstones_completes_without_duplicat
     assert loaded.offsets[35] == {OffsetCommitKey(moved, "t", 0): OffsetCommitValue(43, "m43", 1000)}
     assert loaded.offsets[13] == {}
     assert replay_partition(partition_dir(tmp_path, 35), 35, repair=False).state.records == 1
+
+
+async def test_append_now_writes_at_once_only_when_nothing_can_come_between(tmp_path: Path) -> None:
+    """``append_now``: the synchronous write the groups runtime tries first (no fsync to wait
+    for); it declines (False, nothing written) whenever ``append`` must keep a rule."""
+    log = make_log(tmp_path / "a", num_partitions=2, flush="always")
+    await log.start()
+    assert not log.append_now(0, [commit("g", "t", 0, 1)])  # an fsync to wait for
+    assert log.next_offset(0) == 0
+    await log.stop()
+
+    log = make_log(tmp_path / "n", num_partitions=1, flush="never")
+    assert not log.append_now(0, [commit("g", "t", 0, 1)])  # not started
+    await log.start()
+    assert log.append_now(0, [commit("g", "t", 0, 1), commit("g", "t", 1, 2)])
+    assert log.next_offset(0) == 2  # written before returning, one batch
+    assert not log.append_now(5, [commit("g", "t", 0, 1)])  # no such partition: append raises
+    assert not log.append_now(0, [])
+    # a batch queued by append goes first: append_now declines until the writer took it
+    queued = asyncio.ensure_future(log.append(0, [commit("g", "queued", 0, 3)]))
+    await asyncio.sleep(0)
+    assert not log.append_now(0, [commit("g", "late", 0, 4)])
+    await queued
+    assert log.append_now(0, [commit("g", "now", 0, 5)])
+    await log.stop()
+    topics = [decode_key(r.key or b"").topic for b in iter_file_batches(_segment(tmp_path / "n")) for r in b.records]  # type: ignore[union-attr]
+    assert topics == ["t", "t", "queued", "now"]
+
+    loaded = Loaded()
+    log = make_log(tmp_path / "n", loaded, num_partitions=1, flush="never")
+    await log.start()
+    assert loaded.offsets[0][OffsetCommitKey("g", "now", 0)] == OffsetCommitValue(5, "m5", 1000)
+    await log.stop()
+
+
+async def test_append_now_failure_raises_persist_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rallypoint.protocol.errors import ErrorCode
+    from rallypoint.storage import offsets_log as mod
+
+    KAFKA_STORAGE_ERROR = ErrorCode.KAFKA_STORAGE_ERROR
+    log = make_log(tmp_path, num_partitions=1, flush="interval")
+    await log.start()
+    assert log.append_now(0, [commit("g", "t", 0, 1)])
+
+    def broken(fd: int, data: Any) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mod, "_write", broken)
+    with pytest.raises(PersistError) as ei:
+        log.append_now(0, [commit("g", "t", 0, 2)])
+    assert ei.value.error == KAFKA_STORAGE_ERROR
+    assert log.next_offset(0) == 1  # nothing counted
+    monkeypatch.undo()
+    assert log.append_now(0, [commit("g", "t", 0, 3)])
+    assert log.next_offset(0) == 2
+    await log.stop()

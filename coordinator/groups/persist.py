@@ -28,6 +28,10 @@ Record: TypeAlias = tuple[Key, Value | None]
 class OffsetsLog(Protocol):
     async def append(self, partition: int, records: Sequence[Record]) -> None: ...
 
+    def append_now(self, partition: int, records: Sequence[Record]) -> bool:
+        """Write at once when nothing can come between, or return False (then ``append``)."""
+        ...
+
 
 def response_error(append_error: ErrorCode) -> ErrorCode:
     """The error a client sees when an append failed with ``append_error``.

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -99,6 +99,7 @@ class GroupsRuntime:
         self.offsets_log = offsets_log
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future[Any]] = {}
+        self._appending: Counter[int] = Counter()  # append tasks in flight per partition
         # The request being handed to the machine and its answer when the machine answers at
         # once (most do): no future is made for it (the heartbeat path, docs/BENCHMARKS.md).
         self._calling: int | None = None
@@ -248,7 +249,10 @@ class GroupsRuntime:
                 if offsets_log is None or self._loop is None:
                     # No log (unit tests, in-memory broker): the write "succeeds" at once.
                     queue.extend(self._call("persist_done", self._persisted(e.persist_id, None)))
+                elif not self._appending[e.partition] and self._append_now(offsets_log, e, queue):
+                    pass  # written and answered within this event (no fsync to wait for)
                 else:
+                    self._appending[e.partition] += 1
                     task = self._loop.create_task(self._append(offsets_log, e))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
@@ -290,7 +294,23 @@ class GroupsRuntime:
         except Exception:
             error = ErrorCode.UNKNOWN_SERVER_ERROR
             log.exception("offsets append failed", partition=e.partition)
+        finally:
+            self._appending[e.partition] -= 1
         self._guarded("persist_done", self._persisted(e.persist_id, error))
+
+    def _append_now(self, offsets_log: OffsetsLog, e: Persist, queue: deque[Effect]) -> bool:
+        """The write without a task when the log can take it at once (``OffsetsLog.append_now``:
+        not with flush=always); only while no task of this runtime is appending to the same
+        partition, so batches still reach the log in the order the machine emitted them."""
+        error: ErrorCode | None = None
+        try:
+            if not offsets_log.append_now(e.partition, e.records):
+                return False
+        except PersistError as exc:
+            error = exc.error
+            log.warning("offsets append failed", partition=e.partition, error=error.name, detail=str(exc))
+        queue.extend(self._call("persist_done", self._persisted(e.persist_id, error)))
+        return True
 
     def _persisted(self, persist_id: int, error: ErrorCode | None) -> Callable[[], list[Effect]]:
         return lambda: self.machine.persist_done(persist_id, error, self.clock.now_ms())

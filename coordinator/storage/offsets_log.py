@@ -399,6 +399,39 @@ class OffsetsLog:
         # shield: a cancelled caller must not cancel a write that may already be on disk
         await asyncio.shield(fut)
 
+    def append_now(
+        self, partition: int, records: Sequence[tuple[Key, Value | None] | tuple[bytes, bytes | None]]
+    ) -> bool:
+        """Write ``records`` as one batch right now when nothing can come between: the log
+        runs, ``flush`` is not ``always`` (no fsync to wait for), the partition is healthy and
+        has no batch queued before this one.  True: written (acknowledge it); False: nothing
+        was done — use :meth:`append`, which keeps every rule (and raises what this skipped).
+        Raises PersistError when the write itself fails, as :meth:`append` would.
+
+        This is :meth:`append` minus the hops through the partition's writer task (a commit
+        answered without leaving the event-loop iteration that decoded it); the order of
+        batches per partition is the same, because a queued batch sends this one to append.
+        """
+        if self.flush == "always" or not self._started or self._stopping or not 0 <= partition < self.num_partitions:
+            return False
+        part = self._parts[partition]
+        if part.queue or part.failed is not None or not records:
+            return False
+        try:
+            entries = [r if isinstance(r[0], bytes) else encode_record(*r) for r in records]
+        except (OffsetsSchemaError, AttributeError, TypeError):
+            return False  # append raises the error
+        first = part.next_offset
+        try:
+            self._write_round(part, [(first, entries, self.clock.now_ms())], False)
+        except Exception as e:
+            log.error("offsets_log.append_failed", partition=part.index, error=repr(e))
+            raise PersistError(f"append to __consumer_offsets-{part.index} failed: {e}") from e
+        part.next_offset = first + len(entries)
+        self.appends += 1
+        self.rounds += 1
+        return True
+
     async def _writer(self, part: _Partition) -> None:
         loop = asyncio.get_running_loop()
         assert self._io is not None
