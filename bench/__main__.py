@@ -31,6 +31,7 @@ RESULTS = ROOT / "bench" / "results"
 # (section title, module) in the order they appear in the document.
 SECTIONS: list[tuple[str, str]] = [
     ("Side by side with librdkafka's mock cluster", "bench.compare"),
+    ("Hot paths side by side (requests/s by concurrency)", "bench.hot_paths"),
     ("Start-up", "bench.startup"),
     ("Rebalance time", "bench.rebalance"),
     ("Consumer groups (KIP-848)", "bench.consumer_groups"),

@@ -31,6 +31,7 @@ from kio.serial import entity_writer
 from kio.serial.errors import BufferUnderflow
 
 from . import framing, metadata_response, tagged
+from .errors import ErrorCode
 
 Message = Any  # a kio dataclass instance
 
@@ -321,17 +322,54 @@ def build_request(api_key: int, version: int, data: Mapping[str, Any]) -> Messag
     return build(request_class(api_key, version), data)
 
 
-def encode_response(api_key: int, version: int, correlation_id: int, data: Mapping[str, Any] | Message) -> bytes:
+_SMALL: Final = 4  # fields
+_SCALARS: Final = frozenset({int, bool, type(None), ErrorCode, KioErrorCode})
+_SMALL_BODIES: dict[tuple[Any, ...], bytes] = {}
+_SMALL_BODIES_MAX: Final = 4096
+
+
+class Encoded:
+    """A response body already encoded (the bytes after the response header), for answers
+    that never change: a handler may cache one and return it; :func:`encode_response` frames
+    it as it is.  Tests pin such bodies to what the generic encoder makes of the same answer."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+
+
+def encode_body(api_key: int, version: int, data: Mapping[str, Any]) -> Encoded:
+    """The generic encoder's body for ``data``, kept for re-use."""
+    return Encoded(encode_message(build_response(api_key, version, data)))
+
+
+def encode_response(
+    api_key: int, version: int, correlation_id: int, data: Mapping[str, Any] | Message | Encoded
+) -> bytes:
     """A whole response frame (size prefix, header, body).
 
     Metadata answers given as dicts take :mod:`protocol.metadata_response` (same bytes, a
     fraction of the time: they grow with the broker's topics and partitions)."""
-    is_dict = type(data) is dict or isinstance(data, Mapping)
-    if api_key == metadata_response.API_KEY and is_dict:
-        body = metadata_response.encode(version, data)
+    if isinstance(data, Encoded):
+        body = data.body
+    elif type(data) is dict or isinstance(data, Mapping):
+        if api_key == metadata_response.API_KEY:
+            body = metadata_response.encode(version, data)
+        elif len(data) <= _SMALL and all(type(v) in _SCALARS for v in data.values()):
+            # A small answer of numbers only (Heartbeat, LeaveGroup v0-2, ...): the same few
+            # bodies over and over, so the generic encoder's output is kept per content.
+            key = (api_key, version, *data.items())
+            body = _SMALL_BODIES.get(key, b"")
+            if not body:
+                body = encode_message(build(response_class(api_key, version), data))
+                if len(_SMALL_BODIES) >= _SMALL_BODIES_MAX:
+                    _SMALL_BODIES.clear()
+                _SMALL_BODIES[key] = body
+        else:
+            body = encode_message(build(response_class(api_key, version), data))
     else:
-        msg = build(response_class(api_key, version), data) if is_dict else data
-        body = encode_message(msg)
+        body = encode_message(data)
     header = framing.response_header(correlation_id, response_header_version(api_key, version))
     return framing.frame(header + body)
 

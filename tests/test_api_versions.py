@@ -37,6 +37,15 @@ def test_invalid_software_names(value: str) -> None:
 
 
 @pytest.mark.parametrize("version", range(SERVED_APIS[18].min_version, SERVED_APIS[18].max_version + 1))
+def test_the_cached_answer_is_byte_identical_to_the_generic_encoder(version: int) -> None:
+    """The answer is encoded once per version (``encoded_answer``): the same bytes, frame and
+    all, as encoding the answer's dict through the generic path on every request."""
+    cached = codec.encode_response(18, version, 7, api_versions.encoded_answer(version))
+    assert cached == codec.encode_response(18, version, 7, api_versions.answer(version))
+    assert api_versions.encoded_answer(version) is api_versions.encoded_answer(version)
+
+
+@pytest.mark.parametrize("version", range(SERVED_APIS[18].min_version, SERVED_APIS[18].max_version + 1))
 def test_every_version_advertises_exactly_the_served_table(shared_broker: BrokerProcess, version: int) -> None:
     with WireClient(shared_broker.host, shared_broker.port) as c:
         resp = c.call(18, version, {"client_software_name": "t", "client_software_version": "1"})

@@ -68,3 +68,17 @@ def test_no_import_path_hacks_in_tests_or_bench() -> None:
                 hacks.append(str(p.relative_to(ROOT)))
     hacks.remove("tests/test_bench.py")  # this test names them
     assert not hacks, hacks
+
+
+@pytest.mark.wire
+def test_hot_paths_generator_counts_answers_of_every_row() -> None:
+    """bench.hot_paths' generator against rallypoint: every row's sample answer carries the
+    expected error code and the load is answered (a short run of each row)."""
+    import asyncio
+
+    from bench.common import rallypoint
+    from bench.hot_paths import ROWS, measure
+
+    with rallypoint({"rallypoint.offsets.flush": "never"}) as ep:
+        rates = {row.name: asyncio.run(measure(ep, row, 2, 2, 0.3)) for row in ROWS}
+    assert all(rate > 50 for rate in rates.values()), rates

@@ -557,3 +557,39 @@ def test_nothing_outside_protocol_imports_kio() -> None:
         if re.search(r"^\s*(from|import) kio\b", path.read_text(encoding="utf-8"), re.M)
     ]
     assert offenders == [], "use protocol.codec instead"
+
+
+def _small_numeric_answers() -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """For every served API and version whose response has a top-level error code: the
+    smallest answer of numbers only (what the small-body cache of encode_response keeps)."""
+    for key, api in sorted(SERVED_APIS.items()):
+        for version in range(api.min_version, api.max_version + 1):
+            try:
+                cls = codec.response_class(key, version)
+            except codec.UnknownVersion:
+                continue
+            names = {f.name for f in dataclasses.fields(cls)}
+            if "error_code" in names:
+                body: dict[str, Any] = {"error_code": 0}
+                if "throttle_time" in names:
+                    body["throttle_time"] = 0
+                yield key, version, body
+
+
+def test_small_numeric_answers_are_cached_byte_identical_to_the_generic_encoder() -> None:
+    from rallypoint.protocol.errors import ErrorCode
+
+    checked = 0
+    for key, version, body in _small_numeric_answers():
+        for code in (0, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS):
+            answer = {**body, "error_code": code}
+            generic = codec.encode_message(codec.build_response(key, version, answer))
+            header = framing.response_header(9, codec.response_header_version(key, version))
+            first = codec.encode_response(key, version, 9, answer)  # fills the cache
+            again = codec.encode_response(key, version, 9, dict(answer))  # served from it
+            assert first == again == framing.frame(header + generic), (key, version, code)
+            checked += 1
+    assert checked > 50
+    # the cache keys on content: different codes, different bytes
+    hb = [codec.encode_response(12, 4, 1, {"throttle_time": 0, "error_code": c}) for c in (0, 25, 27)]
+    assert len(set(hb)) == 3

@@ -13,9 +13,11 @@ Kafka's rules (``KafkaApis.handleApiVersionsRequest`` and ``ApiVersionsRequest``
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Final
 
+from rallypoint.protocol import codec
 from rallypoint.protocol.apis import API_VERSIONS_KEY, SERVED_APIS
 from rallypoint.protocol.errors import ErrorCode
 
@@ -55,12 +57,25 @@ def is_valid(version: int, request: Any) -> bool:
     return bool(SOFTWARE_NAME_VERSION.fullmatch(name) and SOFTWARE_NAME_VERSION.fullmatch(software_version))
 
 
-async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    if not is_valid(ctx.api_version, request):
-        return {"error_code": ErrorCode.INVALID_REQUEST, "throttle_time": 0}
+def answer(version: int) -> dict[str, Any]:
+    """The answer to a valid request (the same for every client and connection)."""
+    del version  # the fields a version lacks are left out by the encoder
     return {
         "error_code": ErrorCode.NONE,
         "api_keys": api_keys_list(),
         "throttle_time": 0,
         "finalized_features_epoch": -1,
     }
+
+
+@functools.cache  # one per served version (the server refuses the others before the handler)
+def encoded_answer(version: int) -> codec.Encoded:
+    """:func:`answer`, encoded once: every client asks on every connection, and the list of
+    APIs is the largest answer most connections get (test: byte-identical to the encoder)."""
+    return codec.encode_body(API_KEY, version, answer(version))
+
+
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | codec.Encoded:
+    if not is_valid(ctx.api_version, request):
+        return {"error_code": ErrorCode.INVALID_REQUEST, "throttle_time": 0}
+    return encoded_answer(ctx.api_version)
