@@ -233,13 +233,16 @@ class Server:
         self._busy: set[int] = set()
         self._closing = False
         self.shutdown_grace_s = SHUTDOWN_GRACE_S
+        self.owns_process = True  # False when embedded in another program (rallypoint.testing)
 
     async def start(self) -> None:
         await self.broker.start()
         # What start-up built (schema classes, handlers, loaded state) lives as long as the
         # process: keep it out of the garbage collector's full passes, whose pauses grow with
-        # every object they walk and would stall all connections at once.
-        gc.freeze()
+        # every object they walk and would stall all connections at once.  (Not when embedded:
+        # the host program's objects would be frozen too.)
+        if self.owns_process:
+            gc.freeze()
         try:
             for listener in self.listeners:
                 ssl_ctx = server_context(self.broker.config) if listener.tls else None

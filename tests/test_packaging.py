@@ -10,9 +10,7 @@ in ``make check``, the wheel tests in ``make test``.
 from __future__ import annotations
 
 import csv
-import shutil
 import subprocess
-import sys
 import tomllib
 import zipfile
 from collections.abc import Iterator
@@ -22,12 +20,12 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT
+from tests.support.packaging import FOLDERS, build_wheel, empty_venv, pip
 
 pytestmark = pytest.mark.unit
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 SETUPTOOLS = PYPROJECT["tool"]["setuptools"]
-FOLDERS = ("coordinator", "protocol", "pipeline")  # the product's folders, mapped into rallypoint
 FORBIDDEN = {"coordinator", "protocol", "pipeline", "tests", "bench"}  # must never be installed top level
 
 
@@ -72,34 +70,17 @@ class Installed:
         return sp
 
 
-def _pip(*args: str, timeout: float = 300) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-
-
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     """The wheel built from a copy of the sources (the checkout is left untouched), installed
     with ``--no-deps`` into an empty venv (no pip, no setuptools: nothing but what it adds)."""
     tmp = tmp_path_factory.mktemp("packaging")
-    src = tmp / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    for folder in FOLDERS:
-        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(tmp / "dist"), str(src))
-    (wheel,) = (tmp / "dist").glob("rallypoint-*.whl")
+    wheel = build_wheel(tmp)
     venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    empty_venv(venv)
     got = Installed(wheel, venv, [])
     assert sorted(p.name for p in got.site_packages.iterdir()) == [], "the fresh venv is not empty"
-    _pip("--python", str(got.python), "install", "--quiet", "--no-deps", str(wheel))
+    pip("--python", str(got.python), "install", "--quiet", "--no-deps", str(wheel))
     got.added = sorted(p.name for p in got.site_packages.iterdir())
     yield got
 
@@ -152,7 +133,7 @@ def test_only_rallypoint_imports_from_the_installed_wheel(installed: Installed, 
 def test_the_console_script_and_module_run(installed: Installed, tmp_path: Path) -> None:
     """With its dependencies installed (pip's cache or the index), ``rallypoint --help`` and
     ``python -m rallypoint --help`` start the installed broker's command line."""
-    _pip("--python", str(installed.python), "install", "--quiet", str(installed.wheel))
+    pip("--python", str(installed.python), "install", "--quiet", str(installed.wheel))
     for cmd in (
         [str(installed.venv / "bin" / "rallypoint"), "--help"],
         [str(installed.python), "-m", "rallypoint", "--help"],
