@@ -31,7 +31,7 @@ MARKER_ARGS = frozenset({"config", "brokers", "mode"})
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("rallypoint_config", "rallypoint_session's broker settings, one key=value per line", type="linelist")
-    parser.addini("rallypoint_mode", "rallypoint_session's mode: inprocess (default) or subprocess", default="inprocess")
+    parser.addini("rallypoint_mode", "rallypoint_session's mode: inprocess or subprocess", default="inprocess")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -54,7 +54,8 @@ def _marker_kwargs(request: pytest.FixtureRequest) -> dict[str, Any]:
     if marker is None:
         return {}
     if marker.args:
-        raise pytest.UsageError(f"@pytest.mark.{MARKER} takes keyword arguments only ({', '.join(sorted(MARKER_ARGS))})")
+        names = ", ".join(sorted(MARKER_ARGS))
+        raise pytest.UsageError(f"@pytest.mark.{MARKER} takes keyword arguments only ({names})")
     unknown = set(marker.kwargs) - MARKER_ARGS
     if unknown:
         raise pytest.UsageError(f"@pytest.mark.{MARKER}: unknown argument(s) {', '.join(sorted(unknown))}")
