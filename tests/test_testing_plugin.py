@@ -192,6 +192,8 @@ def test_the_plugin_works_from_a_fresh_install_in_another_project(tmp_path: Path
     (project / "test_uses_rallypoint.py").write_text(
         textwrap.dedent(
             """
+            import urllib.request
+
             import rallypoint
             from kafka import KafkaProducer
 
@@ -201,6 +203,8 @@ def test_the_plugin_works_from_a_fresh_install_in_another_project(tmp_path: Path
                 producer.send("t", b"hello").get(timeout=30)
                 producer.close()
                 assert [r["api"] for r in rallypoint.requests(api="Produce")] == ["Produce"]
+                with urllib.request.urlopen(rallypoint.control_url + "/") as page:  # the live page ships
+                    assert b"EventSource" in page.read()
             """
         )
     )

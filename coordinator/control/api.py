@@ -18,6 +18,7 @@ from .events import KINDS, Event
 from .faults import BadRequest, FaultRule, api_key_of
 from .groupview import GROUP_STATES, Unavailable
 from .http import HttpError, HttpRequest, HttpResponse
+from .page import live_page
 
 if TYPE_CHECKING:
     from .plane import ControlPlane
@@ -85,6 +86,7 @@ class Api:
         self.plane = plane
         # (method, path pattern) -> handler; "*" matches one path segment.
         self.routes: list[tuple[str, tuple[str, ...], Route]] = [
+            ("GET", (), self.page),
             ("GET", ("v1", "health"), self.health),
             ("GET", ("v1", "groups"), self.list_groups),
             ("GET", ("v1", "groups", "*"), self.get_group),
@@ -146,6 +148,24 @@ class Api:
             )
 
     # ------------------------------------------------------------------ health, groups
+
+    async def page(self, req: HttpRequest, args: list[str]) -> HttpResponse:
+        """The live page (docs/control.md, "The live page"): one self-contained HTML file."""
+        _params(req, frozenset({"token"}))
+        return HttpResponse(
+            200,
+            raw=live_page(),
+            content_type=b"text/html; charset=utf-8",
+            headers=[
+                (b"cache-control", b"no-store"),
+                # nothing from elsewhere: scripts, styles and connections to this server only
+                (
+                    b"content-security-policy",
+                    b"default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                    b"connect-src 'self'; img-src 'self' data:",
+                ),
+            ],
+        )
 
     async def health(self, req: HttpRequest, args: list[str]) -> HttpResponse:
         _params(req, frozenset())

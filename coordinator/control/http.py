@@ -84,6 +84,8 @@ class HttpResponse:
     body: Any = None  # JSON-able; not sent for 204
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     stream: AsyncIterator[bytes] | None = None  # a streamed body (text/event-stream)
+    raw: bytes | None = None  # a body sent as it is with ``content_type`` (the live page), not JSON
+    content_type: bytes = b"application/json"
 
     @classmethod
     def error(cls, status: int, message: str, headers: list[tuple[bytes, bytes]] | None = None) -> HttpResponse:
@@ -225,10 +227,13 @@ class HttpServer:
             await writer.drain()
             await self._stream(conn, reader, writer, response.stream)
             return
-        payload = b"" if response.status == 204 else json.dumps(response.body, indent=None).encode() + b"\n"
+        if response.raw is not None:
+            payload = response.raw
+        else:
+            payload = b"" if response.status == 204 else json.dumps(response.body, indent=None).encode() + b"\n"
         headers = [*response.headers]
         if response.status != 204:
-            headers += [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+            headers += [(b"content-type", response.content_type), (b"content-length", str(len(payload)).encode())]
         writer.write(conn.send(h11.Response(status_code=response.status, headers=headers, reason=reason)))
         if payload and request.method != "HEAD":
             writer.write(conn.send(h11.Data(data=payload)))

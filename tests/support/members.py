@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from .broker import BrokerProcess
 from .paths import ROOT
@@ -80,6 +80,13 @@ class EventProcess:
             self.proc.send_signal(signal.SIGUSR1)
 
 
+class HasBootstrap(Protocol):
+    """A broker to point a member at: BrokerProcess, or rallypoint.testing.Rallypoint."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+
 class Member(EventProcess):
     """One consumer process of a real client library (``client`` is one of :data:`CLIENTS`).
 
@@ -87,7 +94,7 @@ class Member(EventProcess):
     ``max_poll_ms``, ``assignor`` (comma-separated names), ``client_id``.
     """
 
-    def __init__(self, client: str, broker: BrokerProcess, group: str, topics: Sequence[str], **opts: Any) -> None:
+    def __init__(self, client: str, broker: HasBootstrap, group: str, topics: Sequence[str], **opts: Any) -> None:
         self.client = client
         self.name = opts.pop("client_id", None) or client
         cmd = [sys.executable, str(MEMBER_SCRIPT), "--client", client]
