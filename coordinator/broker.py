@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from .clock import Clock
 from .config import Config
+from .config_resources import ConfigResources
+from .groups.group_configs import GroupConfigStore
 from .logger import get as get_logger
 from .security.credentials import CredentialStore
 from .security.listeners import CURRENT_ENDPOINT
@@ -117,6 +119,10 @@ class Broker:
         self.bound_port: int = config["port"]  # the server sets the port it really bound
         # SASL users and SCRAM credentials (docs/security.md, "Users and credentials")
         self.credentials = CredentialStore.from_config(config, self.data_dir)
+        # Dynamic group configs and every config resource of DescribeConfigs/AlterConfigs
+        # (docs/configs.md)
+        self.group_configs = GroupConfigStore(config, self.data_dir)
+        self.config_resources = ConfigResources(config, topics, self.group_configs, self.node_id)
         self._components: list[Component] = []
 
     @property

@@ -308,6 +308,7 @@ def env_name(key: str) -> str:
 @dataclass
 class Config:
     values: dict[str, Any] = field(default_factory=dict)
+    explicit: frozenset[str] = frozenset()  # keys set by the environment or an override (not defaults)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -406,7 +407,7 @@ def load(overrides: Mapping[str, str] | None = None, env: Mapping[str, str] | No
         raise ConfigError(f"queued.max.request.bytes ({pool}) must be at least socket.request.max.bytes ({frame})")
     _check_consumer_group_settings(values)
     _check_security_settings(values)
-    return Config(values)
+    return Config(values, frozenset(raw))
 
 
 def _check_security_settings(values: Mapping[str, Any]) -> None:

@@ -53,6 +53,9 @@ SERVED_APIS: Final[dict[int, ApiRange]] = {
         ApiRange(36, "SaslAuthenticate", 0, 2),
         ApiRange(50, "DescribeUserScramCredentials", 0, 0),
         ApiRange(51, "AlterUserScramCredentials", 0, 0),
+        ApiRange(32, "DescribeConfigs", 1, 4),
+        ApiRange(33, "AlterConfigs", 0, 2),
+        ApiRange(44, "IncrementalAlterConfigs", 0, 1),
     )
 }
 

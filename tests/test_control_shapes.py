@@ -82,6 +82,9 @@ def expected_paths(name: str, version: int) -> list[str]:
         "DeleteTopics": ["responses"],
         "CreatePartitions": ["results"],
         "AlterUserScramCredentials": ["results"],
+        "DescribeConfigs": ["results"],  # DescribeConfigsRequest.getErrorResponse: per resource
+        "AlterConfigs": ["responses"],
+        "IncrementalAlterConfigs": ["responses"],
     }
     if name == "Fetch":
         if version < 7:

@@ -44,12 +44,12 @@ FIND_COORDINATOR_KEY: Final = 10
 
 # response array -> the request arrays (same level) it mirrors, in order of preference.
 MIRRORS: Final[dict[str, tuple[str, ...]]] = {
-    "responses": ("topic_data", "topics", "topic_names"),  # Produce, Fetch, DeleteTopics
+    "responses": ("topic_data", "topics", "topic_names", "resources"),  # Produce, Fetch, DeleteTopics, AlterConfigs
     "partition_responses": ("partition_data",),  # Produce
     "partitions": ("partitions", "partition_data", "partition_indexes"),
     "topics": ("topics",),
     "groups": ("groups", "group_ids"),  # DescribeGroups (ids), OffsetFetch v8+ (entries), ConsumerGroupDescribe (ids)
-    "results": ("groups_names", "topics"),  # DeleteGroups, CreatePartitions
+    "results": ("groups_names", "topics", "resources"),  # DeleteGroups, CreatePartitions, DescribeConfigs
     "coordinators": ("coordinator_keys",),  # FindCoordinator v4+
 }
 
@@ -63,6 +63,8 @@ IDENTITY: Final[dict[str, tuple[str, ...]]] = {
     "partition_index": ("partition_index", "partition", "index"),
     "partition": ("partition", "partition_index", "index"),
     "index": ("index", "partition_index", "partition"),
+    "resource_type": ("resource_type",),  # DescribeConfigs, AlterConfigs, IncrementalAlterConfigs
+    "resource_name": ("resource_name",),
 }
 # where a bare id from a request list (a group id, a topic name, a partition number) goes
 _BARE_TARGETS: Final = ("group_id", "key", "name", "partition_index", "partition", "index")

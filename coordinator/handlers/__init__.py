@@ -48,6 +48,9 @@ MODULES: dict[int, str] = {
     36: "sasl_authenticate",
     50: "describe_user_scram_credentials",
     51: "alter_user_scram_credentials",
+    32: "describe_configs",
+    33: "alter_configs",
+    44: "incremental_alter_configs",
 }
 
 

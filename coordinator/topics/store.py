@@ -279,6 +279,13 @@ class TopicStore:
             return existing
         return self.create(name)
 
+    def set_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        """Make ``configs`` (already validated) the topic's dynamic configs: saved before the
+        request that changed them is answered (the server awaits :meth:`persist`)."""
+        topic = self._topics[name]
+        topic.configs = dict(configs)
+        self._changed()
+
     def delete(self, name: str) -> Topic:
         topic = self._topics.get(name)
         if topic is None:

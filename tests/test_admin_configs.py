@@ -1,0 +1,137 @@
+"""DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44) with the admin clients
+of confluent-kafka, kafka-python and aiokafka against a broker process, across a restart, and
+raw requests of every version (docs/configs.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from rallypoint.protocol.errors import ErrorCode
+
+from tests.support import BrokerProcess, WireClient, create_topic
+
+E = ErrorCode
+
+pytestmark = pytest.mark.clients
+
+
+@pytest.fixture
+def broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
+    return broker_factory()
+
+
+def test_confluent_admin_describes_alters_and_the_change_survives_a_restart(broker: BrokerProcess) -> None:
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+
+    create_topic(broker, "ck", 1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topic = ConfigResource(ConfigResource.Type.TOPIC, "ck")
+
+    def describe() -> dict[str, ConfigEntry]:
+        return admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "ck")])[topic].result(30)  # type: ignore[no-any-return]
+
+    before = describe()
+    assert (
+        before["retention.ms"].value == "604800000"
+        and before["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+    )
+    broker_cfg = admin.describe_configs([ConfigResource(ConfigResource.Type.BROKER, "1")])
+    entries = next(iter(broker_cfg.values())).result(30)
+    assert entries["num.partitions"].source in (
+        ConfigSource.DEFAULT_CONFIG.value,
+        ConfigSource.STATIC_BROKER_CONFIG.value,
+    )
+
+    def incremental(*ops: ConfigEntry) -> None:
+        res = ConfigResource(ConfigResource.Type.TOPIC, "ck", incremental_configs=list(ops))
+        admin.incremental_alter_configs([res])[res].result(30)
+
+    incremental(ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET))
+    incremental(ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND))
+    after = describe()
+    assert (after["retention.ms"].value, after["retention.ms"].source) == (
+        "3600000",
+        ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+    )
+    assert after["cleanup.policy"].value == "delete,compact"
+    incremental(ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT))
+    assert describe()["cleanup.policy"].value == "compact"
+    with pytest.raises(Exception, match=r"INVALID_CONFIG|Unknown topic config"):
+        incremental(ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET))
+    with pytest.raises(Exception, match=r"INVALID_CONFIG|Invalid value"):
+        incremental(ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET))
+    assert describe()["retention.ms"].value == "3600000"  # nothing changed by the refused ones
+
+    broker.restart()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    again = describe()
+    assert (again["retention.ms"].value, again["retention.ms"].source) == (
+        "3600000",
+        ConfigSource.DYNAMIC_TOPIC_CONFIG.value,
+    )
+    assert again["cleanup.policy"].value == "compact"
+
+
+def test_kafka_python_admin_describes_and_alters(broker: BrokerProcess) -> None:
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    create_topic(broker, "kp", 1)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, "kp", configs={"retention.ms": "7200000"})])
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "kp")])
+        retention = described["topic"]["kp"]["retention.ms"]
+        assert (retention["value"], retention["config_source"]) == ("7200000", "DYNAMIC_TOPIC_CONFIG")
+        broker_side = admin.describe_configs([ConfigResource(ConfigResourceType.BROKER, "1")], config_filter="all")
+        delay = broker_side["broker"]["1"]["group.initial.rebalance.delay.ms"]  # set by the fixture
+        assert (delay["value"], delay["config_source"], delay["read_only"]) == ("0", "STATIC_BROKER_CONFIG", True)
+    finally:
+        admin.close()
+
+
+def test_aiokafka_admin_describes_and_alters(broker: BrokerProcess) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    create_topic(broker, "aio", 1)
+
+    async def run() -> str:
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            await admin.alter_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, "aio", configs={"retention.ms": "60000"})]
+            )
+            (resp,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "aio")])
+            (result,) = resp.resources
+            return next(str(c[1]) for c in result[4] if c[0] == "retention.ms")
+        finally:
+            await admin.close()
+
+    assert asyncio.run(run()) == "60000"
+
+
+def test_raw_describe_v1_to_v4_and_errors_per_resource(broker: BrokerProcess) -> None:
+    create_topic(broker, "raw", 1)
+    for version in range(1, 5):
+        with WireClient(broker.host, broker.port) as c:
+            resp = c.call(
+                32,
+                version,
+                {
+                    "resources": [
+                        {"resource_type": 2, "resource_name": "raw", "configuration_keys": ["retention.ms"]},
+                        {"resource_type": 2, "resource_name": "missing", "configuration_keys": None},
+                    ],
+                    "include_synonyms": True,
+                    "include_documentation": False,
+                },
+            )
+        ok, missing = resp.results
+        assert int(ok.error_code) == 0 and [x.name for x in ok.configs] == ["retention.ms"]
+        assert (
+            int(missing.error_code) == E.UNKNOWN_TOPIC_OR_PARTITION
+            and missing.error_message == "Topic missing does not exist"
+        )

@@ -1,0 +1,128 @@
+"""The config resources behind DescribeConfigs, AlterConfigs and IncrementalAlterConfigs
+(``rallypoint.config_resources``, docs/configs.md): sources, synonyms, validation, all or
+nothing per resource, list operations, group configs and their file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rallypoint import config
+from rallypoint.assemble import build_topics
+from rallypoint.config_resources import (
+    APPEND,
+    BROKER,
+    DEFAULT_CONFIG,
+    DELETE,
+    DYNAMIC_TOPIC_CONFIG,
+    GROUP,
+    GROUP_CONFIG,
+    SET,
+    STATIC_BROKER_CONFIG,
+    SUBTRACT,
+    TOPIC,
+    ConfigRequestError,
+    ConfigResources,
+)
+from rallypoint.groups.group_configs import GroupConfigStore
+from rallypoint.protocol.errors import ErrorCode
+
+E = ErrorCode
+
+pytestmark = pytest.mark.unit
+
+
+def resources(tmp_path: Path, **settings: str) -> ConfigResources:
+    cfg = config.load({"data.dir": str(tmp_path), **settings}, env={})
+    store = build_topics(cfg)
+    store.create("t", 1)
+    return ConfigResources(cfg, store, GroupConfigStore(cfg, tmp_path), cfg["node.id"])
+
+
+def value(entries: list, name: str) -> tuple[str | None, int]:  # type: ignore[type-arg]
+    (e,) = [e for e in entries if e.name == name]
+    return e.value, e.source
+
+
+def test_topic_configs_default_dynamic_and_their_synonyms(tmp_path: Path) -> None:
+    r = resources(tmp_path, **{"log.retention.bytes": "5000"})
+    entries = r.describe(TOPIC, "t", None)
+    assert value(entries, "retention.ms") == ("604800000", DEFAULT_CONFIG)
+    assert value(entries, "retention.bytes") == ("5000", STATIC_BROKER_CONFIG)  # its broker synonym was set
+    r.incremental_alter(TOPIC, "t", [("retention.ms", SET, "1234")], validate_only=False)
+    (e,) = r.describe(TOPIC, "t", ["retention.ms"])
+    assert (e.value, e.source, e.synonyms) == ("1234", DYNAMIC_TOPIC_CONFIG, (("retention.ms", "1234", 1),))
+    with pytest.raises(ConfigRequestError) as err:
+        r.describe(TOPIC, "nope", None)
+    assert err.value.code == E.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_a_bad_change_changes_nothing_of_its_resource(tmp_path: Path) -> None:
+    r = resources(tmp_path)
+    r.incremental_alter(TOPIC, "t", [("retention.ms", SET, "1000")], False)
+    cases = [
+        ([("retention.ms", SET, "2000"), ("no.such.config", SET, "1")], E.INVALID_CONFIG, "Unknown topic config name"),
+        ([("retention.ms", SET, "2000"), ("segment.bytes", SET, "12")], E.INVALID_CONFIG, "Invalid value 12"),
+        ([("retention.ms", APPEND, "5")], E.INVALID_REQUEST, "append is not allowed for config key: retention.ms"),
+        ([("retention.ms", SET, "1"), ("retention.ms", DELETE, None)], E.INVALID_REQUEST, "duplicate config keys"),
+    ]
+    for ops, code, message in cases:
+        with pytest.raises(ConfigRequestError) as err:
+            r.incremental_alter(TOPIC, "t", ops, False)
+        assert err.value.code == code and message in err.value.message, (ops, err.value.message)
+        assert value(r.describe(TOPIC, "t", None), "retention.ms") == ("1000", DYNAMIC_TOPIC_CONFIG)
+    r.incremental_alter(TOPIC, "t", [("retention.ms", SET, "7")], validate_only=True)  # checked, not applied
+    assert value(r.describe(TOPIC, "t", None), "retention.ms") == ("1000", DYNAMIC_TOPIC_CONFIG)
+
+
+def test_list_configs_append_to_the_default_and_subtract(tmp_path: Path) -> None:
+    r = resources(tmp_path)
+    r.incremental_alter(TOPIC, "t", [("cleanup.policy", APPEND, "compact")], False)
+    assert value(r.describe(TOPIC, "t", None), "cleanup.policy") == ("delete,compact", DYNAMIC_TOPIC_CONFIG)
+    r.incremental_alter(TOPIC, "t", [("cleanup.policy", APPEND, "compact")], False)  # no duplicate
+    r.incremental_alter(TOPIC, "t", [("cleanup.policy", SUBTRACT, "delete")], False)
+    assert value(r.describe(TOPIC, "t", None), "cleanup.policy") == ("compact", DYNAMIC_TOPIC_CONFIG)
+    r.incremental_alter(TOPIC, "t", [("cleanup.policy", DELETE, None)], False)
+    assert value(r.describe(TOPIC, "t", None), "cleanup.policy") == ("delete", DEFAULT_CONFIG)
+
+
+def test_alter_configs_replaces_the_whole_set(tmp_path: Path) -> None:
+    r = resources(tmp_path)
+    r.incremental_alter(TOPIC, "t", [("retention.ms", SET, "1000"), ("segment.ms", SET, "5000")], False)
+    r.alter(TOPIC, "t", {"segment.ms": "6000"}, False)
+    entries = r.describe(TOPIC, "t", None)
+    assert value(entries, "segment.ms") == ("6000", DYNAMIC_TOPIC_CONFIG)
+    assert value(entries, "retention.ms") == ("604800000", DEFAULT_CONFIG)  # not given: removed
+
+
+def test_broker_configs_are_static_and_sensitive_ones_hidden(tmp_path: Path) -> None:
+    r = resources(tmp_path, **{"num.partitions": "3", "ssl.key.password": "hush"})
+    entries = {e.name: e for e in r.describe(BROKER, "1", None)}
+    assert (entries["num.partitions"].value, entries["num.partitions"].source) == ("3", STATIC_BROKER_CONFIG)
+    assert entries["auto.create.topics.enable"].source == DEFAULT_CONFIG and entries["num.partitions"].read_only
+    assert entries["ssl.key.password"].value is None and entries["ssl.key.password"].sensitive
+    assert r.describe(BROKER, "", ["num.partitions"])[0].value == "3"  # "" = the cluster default resource
+    with pytest.raises(ConfigRequestError) as err:
+        r.describe(BROKER, "7", None)
+    assert err.value.code == E.INVALID_REQUEST and "Unexpected broker id" in err.value.message
+    with pytest.raises(ConfigRequestError) as err:
+        r.incremental_alter(BROKER, "1", [("num.partitions", SET, "5")], False)
+    assert err.value.code == E.INVALID_CONFIG
+
+
+def test_group_configs_are_checked_kept_and_survive_a_restart(tmp_path: Path) -> None:
+    r = resources(tmp_path)
+    assert value(r.describe(GROUP, "g", None), "share.auto.offset.reset") == ("latest", DEFAULT_CONFIG)
+    assert r.groups.get("g", "consumer.session.timeout.ms") == "45000"
+    r.incremental_alter(GROUP, "g", [("share.auto.offset.reset", SET, "earliest")], False)
+    with pytest.raises(ConfigRequestError) as err:  # below group.consumer.min.session.timeout.ms
+        r.incremental_alter(GROUP, "g", [("consumer.session.timeout.ms", SET, "1000")], False)
+    assert err.value.code == E.INVALID_CONFIG
+    with pytest.raises(ConfigRequestError) as err:
+        r.incremental_alter(GROUP, "g", [("group.initial.rebalance.delay.ms", SET, "1")], False)
+    assert err.value.message == "Unknown group config name: group.initial.rebalance.delay.ms"
+    again = resources(tmp_path / "x")
+    again.groups = GroupConfigStore(config.load({"data.dir": str(tmp_path)}, env={}), tmp_path)  # re-read the file
+    assert again.groups.get("g", "share.auto.offset.reset") == "earliest"
+    assert value(r.describe(GROUP, "g", None), "share.auto.offset.reset") == ("earliest", GROUP_CONFIG)
+    assert again.groups.get("other", "share.auto.offset.reset") == "latest"
