@@ -229,6 +229,12 @@ SETTINGS: Final[dict[str, Setting]] = {
         Setting("group.max.session.timeout.ms", _int_range(0, INT32_MAX), 1800000, "largest session timeout"),
         Setting("group.max.size", _int_range(1, INT32_MAX), INT32_MAX, "members per group"),
         # consumer groups (KIP-848): docs/consumer-groups.md, "Configuration"
+        Setting(
+            "max.request.partition.size.limit",
+            _int_range(1, INT32_MAX),
+            2000,
+            "partitions one DescribeTopicPartitions answer holds at most",
+        ),
         Setting("group.consumer.session.timeout.ms", _int_range(1, INT32_MAX), 45000, "consumer-group session timeout"),
         Setting("group.consumer.min.session.timeout.ms", _int_range(1, INT32_MAX), 45000, "its lower bound"),
         Setting("group.consumer.max.session.timeout.ms", _int_range(1, INT32_MAX), 60000, "its upper bound"),

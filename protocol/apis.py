@@ -56,6 +56,9 @@ SERVED_APIS: Final[dict[int, ApiRange]] = {
         ApiRange(32, "DescribeConfigs", 1, 4),
         ApiRange(33, "AlterConfigs", 0, 2),
         ApiRange(44, "IncrementalAlterConfigs", 0, 1),
+        ApiRange(21, "DeleteRecords", 0, 2),
+        ApiRange(60, "DescribeCluster", 0, 2),
+        ApiRange(75, "DescribeTopicPartitions", 0, 0),
     )
 }
 

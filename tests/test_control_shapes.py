@@ -85,6 +85,8 @@ def expected_paths(name: str, version: int) -> list[str]:
         "DescribeConfigs": ["results"],  # DescribeConfigsRequest.getErrorResponse: per resource
         "AlterConfigs": ["responses"],
         "IncrementalAlterConfigs": ["responses"],
+        "DeleteRecords": ["topics.partitions"],  # DeleteRecordsRequest.getErrorResponse
+        "DescribeTopicPartitions": ["topics"],
     }
     if name == "Fetch":
         if version < 7:

@@ -87,6 +87,8 @@ SENTINELS: Final[dict[str, int]] = {
     "producer_epoch": -1,
     "node_id": -1,
     "port": -1,
+    "low_watermark": -1,  # DeleteRecords (INVALID_LOW_WATERMARK)
+    "controller_id": -1,  # DescribeCluster
 }
 
 # top-level fields an error answer copies from the request (FetchRequest.getErrorResponse: sessionId)

@@ -51,6 +51,9 @@ MODULES: dict[int, str] = {
     32: "describe_configs",
     33: "alter_configs",
     44: "incremental_alter_configs",
+    21: "delete_records",
+    60: "describe_cluster",
+    75: "describe_topic_partitions",
 }
 
 

@@ -183,6 +183,23 @@ class PartitionLog:
             self._max_ts_so_far = list(itertools.accumulate(self._max_ts, max))
             self._head = 0
 
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (never back); the batches
+        wholly below it go.  Returns the new low watermark.  The caller checks ``offset`` against
+        the high watermark (OFFSET_OUT_OF_RANGE above it)."""
+        if offset <= self.log_start_offset:
+            return self.log_start_offset
+        head, last = self._head, len(self._batches) - 1
+        while head < last and self._base[head + 1] <= offset:
+            head += 1
+        if head == last and offset >= self.next_offset:
+            head = len(self._batches)  # everything goes
+        self._head = head
+        self.log_start_offset = offset
+        self.producers.truncate_head(offset)
+        self.notify()
+        return offset
+
     # ------------------------------------------------------------------ read
 
     def _index_for(self, offset: int) -> int:
