@@ -364,9 +364,13 @@ def with_base_offset(data: bytes, pos: int, size: int, base_offset: int, leader_
     return _PATCH.pack(base_offset, length, leader_epoch) + data[pos + LOG_OVERHEAD + 4 : pos + size]
 
 
-def with_max_timestamp(batch: bytes, max_timestamp: int) -> bytes:
-    """The batch with ``maxTimestamp`` set and its CRC recomputed (Kafka's ``setMaxTimestamp``)."""
-    return assemble_batch(parse_header(batch)._replace(max_timestamp=max_timestamp), batch[HEADER_SIZE:])
+def with_max_timestamp(batch: bytes, max_timestamp: int, *, log_append_time: bool = False) -> bytes:
+    """The batch with ``maxTimestamp`` set and its CRC recomputed (Kafka's ``setMaxTimestamp``);
+    with ``log_append_time`` also the LogAppendTime attribute: readers then take
+    ``maxTimestamp`` as the timestamp of every record of the batch."""
+    h = parse_header(batch)
+    attributes = h.attributes | ATTR_LOG_APPEND_TIME if log_append_time else h.attributes
+    return assemble_batch(h._replace(max_timestamp=max_timestamp, attributes=attributes), batch[HEADER_SIZE:])
 
 
 # ---------------------------------------------------------------------------------------------

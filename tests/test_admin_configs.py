@@ -135,3 +135,48 @@ def test_raw_describe_v1_to_v4_and_errors_per_resource(broker: BrokerProcess) ->
             int(missing.error_code) == E.UNKNOWN_TOPIC_OR_PARTITION
             and missing.error_message == "Topic missing does not exist"
         )
+
+
+def test_topic_configs_take_effect_log_append_time_and_max_message_bytes(broker: BrokerProcess) -> None:
+    """Done with the admin client: LogAppendTime stamps batches with the broker's time (consumers
+    see it, the produce answer carries it); a lowered max.message.bytes refuses larger batches."""
+    import time
+
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    create_topic(broker, "lat", 1, configs={"message.timestamp.type": "LogAppendTime"})
+    create_topic(broker, "small", 1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    res = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        "small",
+        incremental_configs=[ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)],
+    )
+    admin.incremental_alter_configs([res])[res].result(30)
+
+    before = int(time.time() * 1000)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    p.produce("lat", value=b"old", timestamp=1000, partition=0)  # a producer's time from 1970
+    assert p.flush(30) == 0
+    errors: list[str] = []
+    p.produce("small", value=b"x" * 5000, partition=0, on_delivery=lambda err, msg: errors.append(str(err)))
+    p.flush(30)  # its own batch: the next one must not share it
+    p.produce("small", value=b"fits", partition=0, on_delivery=lambda err, msg: errors.append(str(err)))
+    assert p.flush(30) == 0
+    assert len(errors) == 2 and "MSG_SIZE_TOO_LARGE" in errors[0] and errors[1] == "None", errors
+
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lat-g"})
+    try:
+        c.assign([TopicPartition("lat", 0, -2)])
+        deadline = time.monotonic() + 30
+        msg = None
+        while msg is None and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                msg = m
+    finally:
+        c.close()
+    assert msg is not None and msg.value() == b"old"
+    kind, ts = msg.timestamp()
+    assert kind == TIMESTAMP_LOG_APPEND_TIME and before <= ts <= int(time.time() * 1000) + 1000

@@ -128,8 +128,15 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
                 checked = await _walk_records(data, h, max_uncompressed)
                 if plog.deleted:  # the topic went away while the walk yielded
                     raise BatchError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the partition was deleted")
+                append_time = ctx.broker.clock.now_ms() if store.log_append_time(topic) else None
                 result = plog.append_client_batch(
-                    data, pos, size, h, checked, retention_bytes=store.retention_bytes_for(topic)
+                    data,
+                    pos,
+                    size,
+                    h,
+                    checked,
+                    retention_bytes=store.retention_bytes_for(topic),
+                    log_append_time=append_time,
                 )
             except BatchError as e:
                 log.info(
@@ -150,7 +157,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
                     "index": idx,
                     "error_code": ErrorCode.NONE,
                     "base_offset": result.base_offset,
-                    "log_append_time": None,  # -1: CreateTime topics
+                    "log_append_time": append_time,  # None (-1) for CreateTime topics
                     "log_start_offset": result.log_start_offset,
                     "record_errors": [],
                     "error_message": None,

@@ -1,9 +1,8 @@
 """Topic-level configs: Kafka's names, light validation, effective values.
 
-Only ``retention.bytes`` and ``max.message.bytes`` change broker behaviour here; the others
-are accepted and reported (CreateTopics v5+ answers with the effective configs) so tools
-that set them work.  ``message.timestamp.type=LogAppendTime`` is refused: it would need the
-broker to rewrite batches, which this data plane never does.
+``retention.bytes``, ``max.message.bytes`` and ``message.timestamp.type`` change broker
+behaviour here; the others are accepted and reported (CreateTopics v5+ answers with the
+effective configs) so tools that set them work (docs/configs.md, "What takes effect").
 """
 
 from __future__ import annotations
@@ -57,8 +56,6 @@ def _any(v: str) -> None:
 def _timestamp_type(v: str) -> None:
     if v not in ("CreateTime", "LogAppendTime"):
         raise ValueError("String must be one of: CreateTime, LogAppendTime")
-    if v == "LogAppendTime":
-        raise ValueError("LogAppendTime is not supported by rallypoint (batches are stored as produced)")
 
 
 INT32_MAX = 2**31 - 1

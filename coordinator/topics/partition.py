@@ -118,11 +118,20 @@ class PartitionLog:
     # ------------------------------------------------------------------ append
 
     def append_client_batch(
-        self, data: bytes, pos: int, size: int, h: BatchHeader, checked: Checked, *, retention_bytes: int
+        self,
+        data: bytes,
+        pos: int,
+        size: int,
+        h: BatchHeader,
+        checked: Checked,
+        *,
+        retention_bytes: int,
+        log_append_time: int | None = None,
     ) -> AppendResult:
         """Append one produced batch that passed ``log_validator`` (its header ``h`` and the
         ``checked`` walk of its records), after the idempotent-producer checks of Kafka's
-        ``UnifiedLog.analyzeAndValidateProducerState``."""
+        ``UnifiedLog.analyzeAndValidateProducerState``.  ``log_append_time``: the broker's clock
+        for a topic with ``message.timestamp.type=LogAppendTime`` (the batch is stamped with it)."""
         entry = None
         if h.has_producer_id:
             entry = self.producers.get(h.producer_id)
@@ -131,13 +140,15 @@ class PartitionLog:
                 if dup is not None:
                     return AppendResult(dup.first_offset, self.log_start_offset, duplicate=True)
                 entry.check(h)
-        base = self._append(data, pos, size, h, checked)
+        base = self._append(data, pos, size, h, checked, log_append_time)
         if h.has_producer_id:  # only once appended: a refused batch leaves no producer entry
             (entry or self.producers.entry(h.producer_id)).add(h, base)
         self._retain(retention_bytes)
         return AppendResult(base, self.log_start_offset)
 
-    def _append(self, data: bytes, pos: int, size: int, h: BatchHeader, checked: Checked) -> int:
+    def _append(
+        self, data: bytes, pos: int, size: int, h: BatchHeader, checked: Checked, log_append_time: int | None = None
+    ) -> int:
         base = self.next_offset
         end = base + h.last_offset_delta + 1
         if self.on_reserve is not None and (self.reserved_end is None or end > self.reserved_end):
@@ -147,7 +158,12 @@ class PartitionLog:
                 raise BatchError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot save the end offset: {e}") from e
         batch = with_base_offset(data, pos, size, base, LEADER_EPOCH)
         max_ts = checked.max_timestamp
-        if max_ts != h.max_timestamp:
+        if log_append_time is not None:
+            # LogValidator with LogAppendTime: setMaxTimestamp(LOG_APPEND_TIME, now) — every
+            # record of the batch now has the broker's time (docs/configs.md, "What takes effect")
+            max_ts = log_append_time
+            batch = with_max_timestamp(batch, max_ts, log_append_time=True)
+        elif max_ts != h.max_timestamp:
             # LogValidator stores the largest timestamp its walk found (setMaxTimestamp), not the
             # producer's claim: the CRC is recomputed then.
             batch = with_max_timestamp(batch, max_ts)

@@ -172,6 +172,10 @@ class TopicStore:
         v = topic.configs.get("retention.bytes")
         return int(v) if v is not None else self.retention_bytes
 
+    def log_append_time(self, topic: Topic) -> bool:
+        """Whether the topic's batches take the broker's time (``message.timestamp.type``)."""
+        return topic.configs.get("message.timestamp.type") == "LogAppendTime"
+
     def max_message_bytes_for(self, topic: Topic) -> int:
         v = topic.configs.get("max.message.bytes")
         return int(v) if v is not None else self.max_message_bytes
