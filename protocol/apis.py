@@ -59,6 +59,8 @@ SERVED_APIS: Final[dict[int, ApiRange]] = {
         ApiRange(21, "DeleteRecords", 0, 2),
         ApiRange(60, "DescribeCluster", 0, 2),
         ApiRange(75, "DescribeTopicPartitions", 0, 0),
+        ApiRange(35, "DescribeLogDirs", 1, 4),
+        ApiRange(43, "ElectLeaders", 0, 2),
     )
 }
 

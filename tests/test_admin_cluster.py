@@ -220,3 +220,54 @@ def test_kafka_python_delete_records(broker: BrokerProcess) -> None:
         admin.close()
     (meta,) = result.values()
     assert (meta["low_watermark"] if isinstance(meta, dict) else meta.low_watermark) == 4, result
+
+
+def test_describe_log_dirs_and_elect_leaders(broker: BrokerProcess) -> None:
+    create_topic(broker, "ld", 2)
+    _produce(broker, "ld", 5)
+    for version in range(1, 5):
+        with WireClient(broker.host, broker.port) as c:
+            resp = c.call(
+                35,
+                version,
+                {"topics": [{"topic": "ld", "partitions": [0, 1, 7]}, {"topic": "nope", "partitions": [0]}]},
+            )
+        (d,) = resp.results
+        assert int(d.error_code) == 0 and d.log_dir == str(broker.data_dir.resolve())
+        (t,) = d.topics
+        sizes = {p.partition_index: p.partition_size for p in t.partitions}
+        assert t.name == "ld" and set(sizes) == {0, 1} and sizes[0] > 0 and sizes[1] == 0
+        if version >= 4:
+            assert d.total_bytes > 0 and 0 <= d.usable_bytes <= d.total_bytes
+    with WireClient(broker.host, broker.port) as c:
+        every = c.call(35, 2, {"topics": None})
+        named = c.call(
+            43, 2, {"election_type": 0, "topic_partitions": [{"topic": "ld", "partitions": [0, 9]}], "timeout": 1000}
+        )
+        everywhere = c.call(43, 1, {"election_type": 1, "topic_partitions": None, "timeout": 1000})
+    assert "ld" in {t.name for t in every.results[0].topics}
+    (r,) = named.replica_election_results
+    assert [(p.partition_id, int(p.error_code)) for p in r.partition_result] == [
+        (0, E.ELECTION_NOT_NEEDED),
+        (9, E.UNKNOWN_TOPIC_OR_PARTITION),
+    ]
+    assert int(everywhere.error_code) == 0 and everywhere.replica_election_results == ()
+
+
+def test_kafka_python_describe_log_dirs_and_confluent_elect_leaders(broker: BrokerProcess) -> None:
+    from confluent_kafka import ElectionType, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from kafka.admin import KafkaAdminClient
+
+    create_topic(broker, "ld2", 1)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        dirs = admin.describe_log_dirs()
+    finally:
+        admin.close()
+    assert "ld2" in str(dirs)
+    ck = AdminClient({"bootstrap.servers": broker.bootstrap})
+    fut = ck.elect_leaders(ElectionType.PREFERRED, [TopicPartition("ld2", 0)])
+    result = fut.result(30)
+    (err,) = result.values()
+    assert err is not None and "ELECTION_NOT_NEEDED" in str(err), result

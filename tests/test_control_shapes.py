@@ -98,6 +98,10 @@ def expected_paths(name: str, version: int) -> list[str]:
         return top if version < 8 else ["groups"]
     if name == "FindCoordinator":
         return top if version < 4 else ["coordinators"]
+    if name == "DescribeLogDirs":  # getErrorResponse sets only the top-level code (v3+)
+        return top if version >= 3 else []
+    if name == "ElectLeaders":  # the sampled request names no partition (a null list): top level, v1+
+        return top if version >= 1 else []
     return table.get(name, top)
 
 
@@ -244,3 +248,18 @@ def test_error_codes_reads_dicts_and_messages() -> None:
     assert shapes.error_codes(15, 5, msg) == (69,)
     fetch = {"error_code": 0, "responses": [{"topic": "t", "partitions": [{"error_code": 1, "records": b"x"}]}]}
     assert shapes.error_codes(1, 12, fetch) == (1,)
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_elect_leaders_error_names_every_partition(version: int) -> None:
+    """ElectLeadersRequest.getErrorResponse: each named partition with the error (and v1+ the
+    top-level code)."""
+    request = codec.build_request(
+        43, version, {"election_type": 0, "topic_partitions": [{"topic": "t", "partitions": [0, 2]}], "timeout": 1000}
+    )
+    body = shapes.error_body(43, version, request, NOT_COORDINATOR, None, namer)
+    _corr, decoded = codec.decode_response_frame(43, version, codec.encode_response(43, version, 1, body)[4:])
+    (result,) = decoded.replica_election_results
+    assert result.topic == "t"
+    assert [(p.partition_id, int(p.error_code)) for p in result.partition_result] == [(0, 16), (2, 16)]
+    assert version == 0 or int(decoded.error_code) == 16

@@ -41,6 +41,8 @@ FETCH_KEY: Final = 1
 METADATA_KEY: Final = 3
 PRODUCE_KEY: Final = 0
 FIND_COORDINATOR_KEY: Final = 10
+DESCRIBE_LOG_DIRS_KEY: Final = 35
+ELECT_LEADERS_KEY: Final = 43
 
 # response array -> the request arrays (same level) it mirrors, in order of preference.
 MIRRORS: Final[dict[str, tuple[str, ...]]] = {
@@ -330,6 +332,20 @@ def error_body(
         # AlterUserScramCredentialsRequest.getErrorResponse: one result per user named, sorted
         users = sorted({e.name for e in (*request.deletions, *request.upsertions)})
         out["results"] = [{"user": u, "error_code": code, "error_message": None} for u in users]
+        return out
+    if target is None and api_key == DESCRIBE_LOG_DIRS_KEY:
+        # DescribeLogDirsRequest.getErrorResponse: only the top-level code (v3+), no results
+        return {"error_code": code} if version >= 3 else {}
+    if target is None and api_key == ELECT_LEADERS_KEY:
+        # ElectLeadersRequest.getErrorResponse: every named partition with the error, and the
+        # top-level code (v1+)
+        named = request.topic_partitions or ()
+        out["replica_election_results"] = [
+            {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": code} for p in t.partitions]}
+            for t in named
+        ]
+        if version >= 1:
+            out["error_code"] = code
         return out
     if target is None:
         out.update(_sentinels(cls))

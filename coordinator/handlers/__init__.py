@@ -54,6 +54,8 @@ MODULES: dict[int, str] = {
     21: "delete_records",
     60: "describe_cluster",
     75: "describe_topic_partitions",
+    35: "describe_log_dirs",
+    43: "elect_leaders",
 }
 
 
