@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import ROOT
-from tests.support.packaging import FOLDERS, build_wheel, empty_venv, pip
+from tests.support.wheels import FOLDERS, build_wheel, empty_venv, pip
 
 pytestmark = pytest.mark.unit
 

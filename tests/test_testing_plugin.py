@@ -17,7 +17,7 @@ import pytest
 from rallypoint.testing import ControlError, Rallypoint
 
 from tests.support import WireClient
-from tests.support.packaging import build_wheel, empty_venv, pip
+from tests.support.wheels import build_wheel, empty_venv, pip
 
 pytestmark = pytest.mark.clients
 
