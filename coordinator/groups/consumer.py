@@ -1,5 +1,11 @@
 """The consumer-group (KIP-848, ``group.protocol=consumer``) coordinator: a sans-IO machine.
 
+Why one ~1,400-line module: every transition of a consumer group - heartbeats, classic-protocol
+members inside a consumer group (join/sync/heartbeat/leave), online upgrade from a classic group,
+timers, deletion, replay - happens in this one class, as h11 keeps its transitions in one file and
+Kafka keeps them in ``GroupMetadataManager``; splitting it would spread one state machine over
+several files.  The model and the pure helpers live in :mod:`rallypoint.groups.consumer_model`.
+
 Events in (a heartbeat, a timer, a persisted batch, replayed records) with ``now_ms``; effects
 out as data (:mod:`rallypoint.groups.consumer_events`).  See docs/consumer-groups.md for the
 semantics; Kafka's ``GroupMetadataManager.java`` (consumer-group part) and
@@ -14,14 +20,10 @@ from the log uses the same replay, so live and restored state cannot diverge.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import struct
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Protocol
 
 from rallypoint.protocol.consumer_group_records import (
     ClassicMemberMetadata,
@@ -31,7 +33,6 @@ from rallypoint.protocol.consumer_group_records import (
     ConsumerValue,
     CurrentMemberAssignmentKey,
     CurrentMemberAssignmentValue,
-    EpochTopicPartitions,
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadataKey,
@@ -44,7 +45,6 @@ from rallypoint.protocol.consumer_group_records import (
     TargetAssignmentMemberValue,
     TargetAssignmentMetadataKey,
     TargetAssignmentMetadataValue,
-    TopicPartitions,
 )
 from rallypoint.protocol.consumer_protocol import Assignment as CPAssignment
 from rallypoint.protocol.consumer_protocol import (
@@ -68,6 +68,33 @@ from .consumer_events import (
     DescribedTopicPartitions,
     PersistConsumer,
 )
+from .consumer_model import (
+    BLANK_META,
+    DEAD,
+    GROUP_TYPE,
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    PROTOCOL_TYPE,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerMember,
+    OwnershipError,
+    RegexError,
+    StaticTopics,
+    TopicInfo,
+    TopicsView,
+    assignment_from_record,
+    assignment_record,
+    check_epoch,
+    compile_regex,
+    group_metadata_hash,
+    partition_set,
+    resolve_regex,
+    target_value,
+    updated_meta,
+    validate_heartbeat,
+)
 from .events import (
     ArmTimer,
     CancelTimer,
@@ -90,252 +117,15 @@ from .events import (
 from .persist import response_error
 from .reconciliation import EpochAssignment, MemberAssignment, MemberState, reconcile
 
-INT32_MAX: Final = 2**31 - 1
-JOIN_EPOCH: Final = 0
-LEAVE_EPOCH: Final = -1
-STATIC_LEAVE_EPOCH: Final = -2
-GROUP_TYPE: Final = "consumer"
-PROTOCOL_TYPE: Final = "consumer"
-
-EMPTY: Final = "Empty"
-ASSIGNING: Final = "Assigning"
-RECONCILING: Final = "Reconciling"
-STABLE: Final = "Stable"
-DEAD: Final = "Dead"
-
-MIGRATION_POLICIES: Final = ("bidirectional", "upgrade", "downgrade", "disabled")
-
-# ----------------------------------------------------------------------------- configuration
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupConfig:
-    """The broker's ``group.consumer.*`` settings (docs/consumer-groups.md, "Configuration")."""
-
-    session_timeout_ms: int = 45000
-    heartbeat_interval_ms: int = 5000
-    max_size: int = INT32_MAX
-    assignors: tuple[str, ...] = ("uniform", "range")
-    migration_policy: str = "bidirectional"
-    assignment_interval_ms: int = 1000
-    num_partitions: int = 50  # offsets.topic.num.partitions
-
-    def __post_init__(self) -> None:
-        if not self.assignors:
-            raise ValueError("group.consumer.assignors must name at least one assignor")
-        unknown = [a for a in self.assignors if a not in BUILTIN]
-        if unknown:
-            raise ValueError(f"unknown assignor(s) {unknown}: rallypoint has {sorted(BUILTIN)}")
-        if len(set(self.assignors)) != len(self.assignors):
-            raise ValueError("group.consumer.assignors must not name an assignor twice")
-        if self.heartbeat_interval_ms >= self.session_timeout_ms:
-            raise ValueError("group.consumer.heartbeat.interval.ms must be below group.consumer.session.timeout.ms")
-
-    @classmethod
-    def from_settings(cls, get: Callable[[str], Any]) -> ConsumerGroupConfig:
-        return cls(
-            session_timeout_ms=int(get("group.consumer.session.timeout.ms")),
-            heartbeat_interval_ms=int(get("group.consumer.heartbeat.interval.ms")),
-            max_size=int(get("group.consumer.max.size")),
-            assignors=tuple(a.strip() for a in str(get("group.consumer.assignors")).split(",") if a.strip()),
-            migration_policy=str(get("group.consumer.migration.policy")).lower(),
-            assignment_interval_ms=int(get("group.consumer.assignment.interval.ms")),
-            num_partitions=int(get("offsets.topic.num.partitions")),
-        )
-
-    @property
-    def default_assignor(self) -> str:
-        return self.assignors[0]
-
-
-# ------------------------------------------------------------------------------------ topics
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    topic_id: uuid.UUID
-    name: str
-    partitions: int
-
-
-class TopicsView(Protocol):
-    """What the machine may read of the topic metadata (the data plane's topic store)."""
-
-    def get(self, name: str) -> TopicInfo | None: ...
-
-    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
-
-    def names(self) -> Iterable[str]: ...
-
-
-class StaticTopics:
-    """A TopicsView over a dict (unit tests, tools)."""
-
-    def __init__(self, topics: Iterable[TopicInfo] = ()) -> None:
-        self._by_name: dict[str, TopicInfo] = {}
-        self._by_id: dict[uuid.UUID, TopicInfo] = {}
-        for t in topics:
-            self.put(t)
-
-    def put(self, t: TopicInfo) -> None:
-        old = self._by_name.pop(t.name, None)
-        if old is not None:
-            self._by_id.pop(old.topic_id, None)
-        self._by_name[t.name] = t
-        self._by_id[t.topic_id] = t
-
-    def create(self, name: str, partitions: int) -> TopicInfo:
-        t = TopicInfo(uuid.uuid5(uuid.NAMESPACE_OID, f"rallypoint-test/{name}/{len(self._by_id)}"), name, partitions)
-        self.put(t)
-        return t
-
-    def delete(self, name: str) -> None:
-        t = self._by_name.pop(name)
-        del self._by_id[t.topic_id]
-
-    def get(self, name: str) -> TopicInfo | None:
-        return self._by_name.get(name)
-
-    def by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        return self._by_id.get(topic_id)
-
-    def names(self) -> Iterable[str]:
-        return self._by_name.keys()
-
-
-def topic_hash(t: TopicInfo) -> int:
-    """A stable 64-bit hash of one topic's metadata (id, name, partition count).
-
-    Kafka (KIP-1101) uses xxh3 over the same fields plus racks; rallypoint has no racks and
-    uses BLAKE2b (docs/consumer-groups.md, "Metadata hash").
-    """
-    h = hashlib.blake2b(digest_size=8)
-    h.update(t.topic_id.bytes)
-    h.update(t.name.encode())
-    h.update(struct.pack(">i", t.partitions))
-    return int.from_bytes(h.digest(), "big", signed=True)
-
-
-def group_metadata_hash(topics: Iterable[TopicInfo]) -> int:
-    """The group's metadata hash: over its subscribed topics that exist, in name order."""
-    ts = sorted(topics, key=lambda t: t.name)
-    if not ts:
-        return 0
-    h = hashlib.blake2b(digest_size=8)
-    for t in ts:
-        h.update(struct.pack(">q", topic_hash(t)))
-    return int.from_bytes(h.digest(), "big", signed=True)
-
-
-# ----------------------------------------------------------------------------------- regexes
-
-
-class RegexError(ValueError):
-    pass
-
-
-def compile_regex(pattern: str) -> Any:
-    """RE2 syntax (Kafka uses RE2/J); matched against whole topic names."""
-    import re2  # google-re2: the maintained RE2 binding (docs/consumer-groups.md, "Regex subscriptions")
-
-    try:
-        return re2.compile(pattern)
-    except re2.error as e:
-        raise RegexError(str(e)) from None
-
-
-def resolve_regex(pattern: str, names: Iterable[str]) -> frozenset[str]:
-    rx = compile_regex(pattern)
-    return frozenset(n for n in names if rx.fullmatch(n) is not None)
-
-
-# -------------------------------------------------------------------------------------- model
-
-_BLANK_META: Final = MemberMetadataValue(None, None, "", "", (), None, -1, None, None)
-
-
-@dataclass(slots=True)
-class ConsumerMember:
-    member_id: str
-    meta: MemberMetadataValue = _BLANK_META
-    assignment: MemberAssignment = field(default_factory=lambda: MemberAssignment(0, 0, MemberState.STABLE))
-
-    @property
-    def epoch(self) -> int:
-        return self.assignment.epoch
-
-    @property
-    def instance_id(self) -> str | None:
-        return self.meta.instance_id
-
-    @property
-    def uses_consumer_protocol(self) -> bool:
-        return self.meta.classic_member_metadata is None
-
-
-@dataclass(slots=True)
-class ConsumerGroup:
-    group_id: str
-    partition: int
-    epoch: int = 1
-    metadata_hash: int = 0
-    assignment_epoch: int = 1
-    assignment_timestamp: int = 0
-    members: dict[str, ConsumerMember] = field(default_factory=dict)
-    static: dict[str, str] = field(default_factory=dict)  # instance id -> member id
-    target: dict[str, dict[uuid.UUID, frozenset[int]]] = field(default_factory=dict)
-    # (topic id, partition) -> (member id, member epoch) of the member owning or revoking it
-    owners: dict[tuple[uuid.UUID, int], tuple[str, int]] = field(default_factory=dict)
-    regexes: dict[str, RegularExpressionValue] = field(default_factory=dict)
-    regex_names_seen: frozenset[str] | None = None  # topic names when regexes were last resolved
-    has_partition_metadata: bool = False  # a legacy type-4 record to tombstone
-    # indexes over the members, kept by add()/drop() so a heartbeat costs O(topics), not O(members)
-    names: Counter[str] = field(default_factory=Counter)  # subscribed topic name -> members
-    regex_users: Counter[str] = field(default_factory=Counter)  # regex -> members
-    assignors: Counter[str] = field(default_factory=Counter)  # ServerAssignor -> members
-    stable_at: Counter[int] = field(default_factory=Counter)  # epoch -> members STABLE at it
-
-    def add(self, m: ConsumerMember) -> None:
-        self.names.update(m.meta.subscribed_topic_names)
-        if m.meta.subscribed_topic_regex:
-            self.regex_users[m.meta.subscribed_topic_regex] += 1
-        if m.meta.server_assignor:
-            self.assignors[m.meta.server_assignor] += 1
-        if m.assignment.state == MemberState.STABLE:
-            self.stable_at[m.epoch] += 1
-
-    def drop(self, m: ConsumerMember) -> None:
-        self.names.subtract(m.meta.subscribed_topic_names)
-        if m.meta.subscribed_topic_regex:
-            self.regex_users[m.meta.subscribed_topic_regex] -= 1
-        if m.meta.server_assignor:
-            self.assignors[m.meta.server_assignor] -= 1
-        if m.assignment.state == MemberState.STABLE:
-            self.stable_at[m.epoch] -= 1
-        for c in (self.names, self.regex_users, self.assignors, self.stable_at):
-            for k in [k for k, v in c.items() if v <= 0]:
-                del c[k]
-
-    def state(self) -> str:
-        if not self.members:
-            return EMPTY
-        if self.epoch > self.assignment_epoch:
-            return ASSIGNING
-        if self.stable_at.get(self.assignment_epoch, 0) != len(self.members):
-            return RECONCILING
-        return STABLE
-
-    def partition_epoch(self, topic_id: uuid.UUID, partition: int) -> int:
-        o = self.owners.get((topic_id, partition))
-        return -1 if o is None else o[1]
-
-    def regex_subscribers(self, regex: str) -> int:
-        return self.regex_users.get(regex, 0)
-
-
-class OwnershipError(RuntimeError):
-    """A replayed assignment would give a partition two owners (Kafka throws here too)."""
-
+__all__ = [
+    "ConsumerGroup",
+    "ConsumerGroupConfig",
+    "ConsumerGroupMachine",
+    "StaticTopics",
+    "TopicInfo",
+    "TopicsView",
+    "validate_heartbeat",
+]
 
 # --------------------------------------------------------------------------------- the machine
 
@@ -477,7 +267,7 @@ class ConsumerGroupMachine:
                 new = MemberAssignment(LEAVE_EPOCH, LEAVE_EPOCH, MemberState.STABLE)
             else:
                 assert isinstance(value, CurrentMemberAssignmentValue)
-                new = _assignment_from_record(value)
+                new = assignment_from_record(value)
                 self._check_claim(group, key.member_id, new)  # refuses before changing anything
             if m is None:
                 m = group.members[key.member_id] = ConsumerMember(key.member_id)
@@ -535,13 +325,13 @@ class ConsumerGroupMachine:
             return TargetAssignmentMetadataValue(group.assignment_epoch, group.assignment_timestamp)
         if isinstance(key, TargetAssignmentMemberKey):
             t = group.target.get(key.member_id)
-            return None if t is None else _target_value(t)
+            return None if t is None else target_value(t)
         if isinstance(key, MemberMetadataKey):
             m = group.members.get(key.member_id)
             return None if m is None else m.meta
         if isinstance(key, CurrentMemberAssignmentKey):
             m = group.members.get(key.member_id)
-            return None if m is None else _assignment_record(m.assignment)
+            return None if m is None else assignment_record(m.assignment)
         return group.regexes.get(key.regex)
 
     def _write(self, op: _Op, key: ConsumerKey, value: ConsumerValue | None) -> None:
@@ -745,7 +535,7 @@ class ConsumerGroupMachine:
             return
         # --- epoch check
         if existing is not None and req.member_epoch != JOIN_EPOCH:
-            err = _check_epoch(existing, req)
+            err = check_epoch(existing, req)
             if err is not None:
                 respond(self._error(ErrorCode.FENCED_MEMBER_EPOCH, err))
                 return
@@ -771,8 +561,8 @@ class ConsumerGroupMachine:
         if replaced is not None:
             self._replace_static(op, group, replaced, member_id)
             old_member = group.members[member_id]
-        old_meta = old_member.meta if old_member is not None else _BLANK_META
-        new_meta = _updated_meta(old_meta, req)
+        old_meta = old_member.meta if old_member is not None else BLANK_META
+        new_meta = updated_meta(old_meta, req)
         try:
             before, after = self._update_member(op, group, member_id, old_member, new_meta, req.topic_partitions)
         except AssignorError as e:
@@ -786,7 +576,7 @@ class ConsumerGroupMachine:
             and req.topic_partitions is not None
         )
         send_assignment = (
-            req.member_epoch == JOIN_EPOCH or full or _partitions(after.assigned) != _partitions(before.assigned)
+            req.member_epoch == JOIN_EPOCH or full or partition_set(after.assigned) != partition_set(before.assigned)
         )
         result = ConsumerHeartbeatResult(
             ErrorCode.NONE,
@@ -815,7 +605,7 @@ class ConsumerGroupMachine:
         regexes, metadata hash, epoch bump, target assignment, reconciliation of this member.
         (assignment before, after).  Raises AssignorError after undoing the op's records."""
         gid = group.group_id
-        old_meta = old_member.meta if old_member is not None else _BLANK_META
+        old_meta = old_member.meta if old_member is not None else BLANK_META
         old_assignor = self._preferred_assignor(group)
         subscription_changed = set(new_meta.subscribed_topic_names) != set(old_meta.subscribed_topic_names)
         regex_changed = (new_meta.subscribed_topic_regex or None) != (old_meta.subscribed_topic_regex or None)
@@ -865,7 +655,7 @@ class ConsumerGroupMachine:
             subscription_changed or regex_changed,
         )
         if after != before:
-            self._write(op, CurrentMemberAssignmentKey(gid, member_id), _assignment_record(after))
+            self._write(op, CurrentMemberAssignmentKey(gid, member_id), assignment_record(after))
             if after.state == MemberState.UNREVOKED_PARTITIONS:
                 self._arm_rebalance(group, member)
             else:
@@ -928,11 +718,11 @@ class ConsumerGroupMachine:
                     ),
                 )
             )
-            targets.append((TargetAssignmentMemberKey(gid, m.member_id), _target_value(assigned)))
+            targets.append((TargetAssignmentMemberKey(gid, m.member_id), target_value(assigned)))
             currents.append(
                 (
                     CurrentMemberAssignmentKey(gid, m.member_id),
-                    _assignment_record(MemberAssignment(gen, gen, MemberState.STABLE, assigned, {})),
+                    assignment_record(MemberAssignment(gen, gen, MemberState.STABLE, assigned, {})),
                 )
             )
         return [
@@ -1029,7 +819,7 @@ class ConsumerGroupMachine:
         for mid in sorted(specs):
             tgt = new_target.get(mid, {})
             if mid not in group.target or group.target[mid] != tgt:
-                self._write(op, TargetAssignmentMemberKey(group.group_id, mid), _target_value(tgt))
+                self._write(op, TargetAssignmentMemberKey(group.group_id, mid), target_value(tgt))
         self._write(
             op,
             TargetAssignmentMetadataKey(group.group_id),
@@ -1119,7 +909,7 @@ class ConsumerGroupMachine:
             t = self.topics.get(tp.topic)
             if t is not None:
                 owned[t.topic_id] = frozenset(tp.partitions)
-        old_meta = existing.meta if existing is not None else _BLANK_META
+        old_meta = existing.meta if existing is not None else BLANK_META
         new_meta = replace(
             old_meta,
             instance_id=req.group_instance_id,
@@ -1321,11 +1111,11 @@ class ConsumerGroupMachine:
         self._write(op, MemberMetadataKey(gid, replaced.member_id), None)
         self._write(op, MemberMetadataKey(gid, member_id), replaced.meta)
         if old_target is not None:
-            self._write(op, TargetAssignmentMemberKey(gid, member_id), _target_value(old_target))
+            self._write(op, TargetAssignmentMemberKey(gid, member_id), target_value(old_target))
         self._write(
             op,
             CurrentMemberAssignmentKey(gid, member_id),
-            _assignment_record(
+            assignment_record(
                 MemberAssignment(0, 0, MemberState.STABLE, {t: dict(ps) for t, ps in old_assigned.items()})
             ),
         )
@@ -1374,7 +1164,7 @@ class ConsumerGroupMachine:
                 {t: dict.fromkeys(ps, 0) for t, ps in a.assigned.items()},
                 {},
             )
-            self._write(op, CurrentMemberAssignmentKey(gid, member.member_id), _assignment_record(left))
+            self._write(op, CurrentMemberAssignmentKey(gid, member.member_id), assignment_record(left))
             self._cancel_rebalance(gid, member.member_id)
             self._note(
                 "consumer_group.static_member_left", group=gid, member=member.member_id, instance=req.instance_id
@@ -1627,130 +1417,3 @@ class ConsumerGroupMachine:
             del self._pending[pid]
         self._pending_by_group.clear()
         return self._end()
-
-
-# ---------------------------------------------------------------------------------- helpers
-
-
-def validate_heartbeat(req: ConsumerHeartbeat, config: ConsumerGroupConfig) -> tuple[ErrorCode, str] | None:
-    """Kafka's request validation, in its order (docs/consumer-groups.md, "Heartbeat validation")."""
-    inv = ErrorCode.INVALID_REQUEST
-    epoch = req.member_epoch
-    if (req.api_version >= 1 or epoch > 0 or epoch == LEAVE_EPOCH) and not req.member_id.strip():
-        return inv, "MemberId can't be empty."
-    if not req.group_id.strip():
-        return inv, "GroupId can't be empty."
-    if req.instance_id is not None and not req.instance_id.strip():
-        return inv, "InstanceId can't be empty."
-    if req.rack_id is not None and not req.rack_id.strip():
-        return inv, "RackId can't be empty."
-    if epoch == JOIN_EPOCH:
-        if req.rebalance_timeout_ms == -1:
-            return inv, "RebalanceTimeoutMs must be provided in first request."
-        if req.topic_partitions is None or any(req.topic_partitions.values()):
-            return inv, "TopicPartitions must be empty when (re-)joining."
-        if req.subscribed_topic_names is None and req.subscribed_topic_regex is None:
-            return inv, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
-    elif epoch == STATIC_LEAVE_EPOCH:
-        if req.instance_id is None:
-            return inv, "InstanceId can't be null."
-    elif epoch < STATIC_LEAVE_EPOCH:
-        return inv, f"MemberEpoch is invalid: {epoch}."
-    if req.server_assignor is not None and req.server_assignor not in config.assignors:
-        return (
-            ErrorCode.UNSUPPORTED_ASSIGNOR,
-            f"ServerAssignor {req.server_assignor} is not supported. "
-            f"Supported assignors: {', '.join(config.assignors)}.",
-        )
-    return None
-
-
-def _check_epoch(member: ConsumerMember, req: ConsumerHeartbeat) -> str | None:
-    """None if the heartbeat's epoch is acceptable for ``member`` (``throwIfMemberEpochIsInvalid``)."""
-    got, have = req.member_epoch, member.epoch
-    if got > have:
-        return (
-            f"The consumer group member has a greater member epoch ({got}) than the one known by the group "
-            f"coordinator ({have}). The member must abandon all its partitions and rejoin."
-        )
-    if got < have:
-        owned = req.topic_partitions
-        if got == member.assignment.previous_epoch and owned is not None:
-            assigned = member.assignment.assigned
-            if all(p in assigned.get(t, {}) for t, ps in owned.items() for p in ps):
-                return None  # the response carrying the bump was lost
-        return (
-            f"The consumer group member has a smaller member epoch ({got}) than the one known by the group "
-            f"coordinator ({have}). The member must abandon all its partitions and rejoin."
-        )
-    return None
-
-
-def _updated_meta(old: MemberMetadataValue, req: ConsumerHeartbeat) -> MemberMetadataValue:
-    regex = old.subscribed_topic_regex
-    if req.subscribed_topic_regex is not None:
-        regex = req.subscribed_topic_regex or None  # "" removes the regex
-    return replace(
-        old,
-        instance_id=req.instance_id if req.instance_id is not None else old.instance_id,
-        rack_id=req.rack_id if req.rack_id is not None else old.rack_id,
-        client_id=req.client_id,
-        client_host=req.client_host,
-        subscribed_topic_names=tuple(sorted(set(req.subscribed_topic_names)))
-        if req.subscribed_topic_names is not None
-        else old.subscribed_topic_names,
-        subscribed_topic_regex=regex,
-        rebalance_timeout_ms=req.rebalance_timeout_ms if req.rebalance_timeout_ms != -1 else old.rebalance_timeout_ms,
-        server_assignor=req.server_assignor if req.server_assignor is not None else old.server_assignor,
-        classic_member_metadata=None,
-    )
-
-
-def _partitions(a: EpochAssignment) -> set[tuple[uuid.UUID, int]]:
-    return {(t, p) for t, ps in a.items() for p in ps}
-
-
-def _target_value(t: Mapping[uuid.UUID, Iterable[int]]) -> TargetAssignmentMemberValue:
-    return TargetAssignmentMemberValue(
-        tuple(TopicPartitions(tid, tuple(sorted(ps))) for tid, ps in sorted(t.items(), key=lambda kv: str(kv[0])) if ps)
-    )
-
-
-def _epoch_tps(a: EpochAssignment) -> tuple[EpochTopicPartitions, ...]:
-    out = []
-    for tid in sorted(a, key=str):
-        ps = sorted(a[tid])
-        if ps:
-            out.append(EpochTopicPartitions(tid, tuple(ps), tuple(a[tid][p] for p in ps)))
-    return tuple(out)
-
-
-def _assignment_record(a: MemberAssignment) -> CurrentMemberAssignmentValue:
-    return CurrentMemberAssignmentValue(
-        a.epoch, a.previous_epoch, int(a.state), _epoch_tps(a.assigned), _epoch_tps(a.pending_revocation)
-    )
-
-
-def _assignment_from_record(v: CurrentMemberAssignmentValue) -> MemberAssignment:
-    def parts(tps: tuple[EpochTopicPartitions, ...]) -> EpochAssignment:
-        out: EpochAssignment = {}
-        for tp in tps:
-            if tp.assignment_epochs is not None:
-                epochs = tp.assignment_epochs
-            else:  # records written before KIP-1251: the member epoch (0 for a static leave)
-                e = 0 if v.member_epoch == STATIC_LEAVE_EPOCH else v.member_epoch
-                epochs = tuple(e for _ in tp.partitions)
-            out.setdefault(tp.topic_id, {}).update(zip(tp.partitions, epochs, strict=True))
-        return out
-
-    try:
-        state = MemberState(v.state)
-    except ValueError:
-        state = MemberState.UNKNOWN
-    return MemberAssignment(
-        v.member_epoch,
-        v.previous_member_epoch,
-        state,
-        parts(v.assigned_partitions),
-        parts(v.partitions_pending_revocation),
-    )
