@@ -17,9 +17,10 @@ from .groups.consumer_runtime import ConsumerGroupsRuntime
 from .groups.runtime import GroupsRuntime
 from .storage import OffsetsLog
 from .topics import TopicStore
+from .topics import configs as topic_configs
 
 
-def build_topics(cfg: Config) -> TopicStore:
+def build_topics(cfg: Config, clock: Clock | None = None) -> TopicStore:
     return TopicStore(
         default_partitions=cfg["num.partitions"],
         auto_create=cfg["auto.create.topics.enable"],
@@ -27,12 +28,17 @@ def build_topics(cfg: Config) -> TopicStore:
         retention_bytes=cfg["log.retention.bytes"],
         max_message_bytes=cfg["message.max.bytes"],
         max_partitions=cfg["rallypoint.max.broker.partitions"],
+        log_defaults={key: cfg[key] for key in topic_configs.BROKER_DEFAULTS.values()},
+        clock=clock,
+        cleaner_backoff_ms=cfg["log.cleaner.backoff.ms"],
+        retention_check_interval_ms=cfg["log.retention.check.interval.ms"],
+        max_uncompressed=cfg["rallypoint.max.uncompressed.batch.bytes"],
     )
 
 
 def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     clock = clock or SystemClock()
-    topics = build_topics(cfg)
+    topics = build_topics(cfg, clock)
     groups = GroupsRuntime.from_config(cfg, clock)
     offsets_log = OffsetsLog.from_config(cfg, data_dir(cfg), clock, loader=groups.load)
     groups.offsets_log = offsets_log

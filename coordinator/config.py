@@ -50,6 +50,13 @@ def _str(v: str) -> str:
     return v.strip()
 
 
+def _ratio(v: str) -> float:
+    x = float(v.strip())
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"{x} is outside [0, 1]")
+    return x
+
+
 INT32_MAX: Final = 2**31 - 1
 
 
@@ -224,6 +231,15 @@ SETTINGS: Final[dict[str, Setting]] = {
             "most bytes a produced compressed batch may decompress to",
         ),
         Setting("log.retention.bytes", _int_range(-1), 256 * 1024 * 1024, "per-partition bytes kept in memory"),
+        # topic data retention and compaction: docs/configs.md, "Retention and compaction"
+        Setting("log.retention.ms", _int_range(-1), 604800000, "how long topic data is kept (-1: forever)"),
+        Setting("log.retention.check.interval.ms", _int_range(1), 300000, "how often time-based retention runs"),
+        Setting("log.segment.bytes", _int_range(1024 * 1024, INT32_MAX), 1073741824, "segment size of topic data"),
+        Setting("log.roll.ms", _int_range(1), 604800000, "age at which an active segment is rolled"),
+        Setting("log.cleaner.backoff.ms", _int_range(0), 15000, "pause of the log cleaner between checks"),
+        Setting(
+            "log.cleaner.min.cleanable.ratio", _ratio, 0.5, "dirty share of a compacted log that starts a cleaning"
+        ),
         Setting("group.initial.rebalance.delay.ms", _int_range(0, INT32_MAX), 0, "initial rebalance delay"),
         Setting("group.min.session.timeout.ms", _int_range(0, INT32_MAX), 6000, "smallest session timeout"),
         Setting("group.max.session.timeout.ms", _int_range(0, INT32_MAX), 1800000, "largest session timeout"),

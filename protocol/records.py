@@ -268,6 +268,20 @@ def _encode_record(out: bytearray, rec: Record, base_offset: int, base_timestamp
     out += body
 
 
+def encode_records(records: Sequence[Record], base_offset: int, base_timestamp: int) -> bytearray:
+    """The uncompressed record bytes of a batch with ``base_offset`` and ``base_timestamp``:
+    each record's offset and timestamp stored as deltas from them.  Offsets must ascend (gaps
+    are allowed, as after compaction)."""
+    prev = base_offset - 1
+    body = bytearray()
+    for rec in records:
+        if rec.offset <= prev:
+            raise ValueError(f"record offsets must ascend ({rec.offset} after {prev})")
+        prev = rec.offset
+        _encode_record(body, rec, base_offset, base_timestamp)
+    return body
+
+
 def encode_batch(
     records: Sequence[Record],
     *,
@@ -288,16 +302,8 @@ def encode_batch(
         raise ValueError("a record batch needs at least one record")
     base = records[0].offset if base_offset is None else base_offset
     base_ts = records[0].timestamp
-    max_ts = base_ts
-    prev = base - 1
-    body = bytearray()
-    for rec in records:
-        if rec.offset <= prev:
-            raise ValueError(f"record offsets must ascend ({rec.offset} after {prev})")
-        prev = rec.offset
-        if rec.timestamp > max_ts:
-            max_ts = rec.timestamp
-        _encode_record(body, rec, base, base_ts)
+    max_ts = max(rec.timestamp for rec in records)
+    body = encode_records(records, base, base_ts)
     attributes = (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
     after_crc = (
         _AFTER_CRC.pack(
@@ -519,6 +525,15 @@ def iter_record_times(
 
 
 _Spans = tuple[int, int, int, int, int, int, int, int]
+
+
+def walk_record_spans(
+    buf: bytes | memoryview | mmap.mmap, h: BatchHeader, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
+) -> Iterator[_Spans]:
+    """For each record of batch ``h``: (offset, timestamp, key position, key length, value
+    position, value length, header-count position, end) in the decompressed records
+    (:func:`_walk_records`); a length of -1 is null."""
+    return _walk_records(records_payload(buf, h, max_uncompressed), h, True)
 
 
 @overload

@@ -17,6 +17,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.records import assemble_batch, iter_record_times, parse_header, read_header, split_batches
 from rallypoint.topics import TopicError, TopicStore
+from rallypoint.topics.configs import LogPolicy
 from rallypoint.topics.fetch_sessions import ZERO_UUID, FetchSessionCache, PartitionRequest
 from rallypoint.topics.fetcher import ReadSpec, fetch, read_all
 from rallypoint.topics.log_validator import (
@@ -61,7 +62,7 @@ def append_batch(
     """What the Produce handler does with one partition's batch: validate, then append."""
     h = validate_client_batch(data, pos, size, max_message_bytes)
     checked = validate_client_records(data, h, 1 << 24)
-    return plog.append_client_batch(data, pos, size, h, checked, retention_bytes=retention)
+    return plog.append_client_batch(data, pos, size, h, checked, policy=LogPolicy(retention_bytes=retention))
 
 
 def append(plog: PartitionLog, data: bytes, retention: int = -1) -> int:
@@ -355,7 +356,7 @@ def test_store_persists_metadata_and_next_offsets(tmp_path: Path) -> None:
     assert (p1.log_start_offset, p1.next_offset, p1.batch_count) == (5, 5, 0)
     assert append(p1, batch(1)) == 5
     assert again.next_producer_id() > pid  # never reuse a producer id
-    assert again.retention_bytes_for(t2) == 1000
+    assert again.policy(t2).retention_bytes == 1000
 
 
 def test_store_create_rules(tmp_path: Path) -> None:

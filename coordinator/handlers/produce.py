@@ -12,7 +12,8 @@ Follows KafkaApis.handleProduceRequest and ReplicaManager.appendRecords:
 * internal topics (``__consumer_offsets``) → INVALID_TOPIC_EXCEPTION ("Cannot append to internal
   topic", ReplicaManager.appendToLocalLog);
 * then the log's own checks: size, CRC, batch rules and every record walked
-  (``topics/log_validator.py``; the walk yields to other connections between slices), then
+  (``topics/log_validator.py``; the walk yields to other connections between slices), a key on
+  every record of a compacted topic (INVALID_RECORD with a record error otherwise), then
   producer state (``PartitionLog.append_client_batch``).  A refused batch is never stored.
 
 With acks=0 there is no response; if any partition failed the connection is closed, as Kafka
@@ -32,6 +33,7 @@ from ..logger import get as get_logger
 from ..topics.log_validator import (
     BatchError,
     Checked,
+    check_keys,
     check_records,
     validate_client_batch,
     validate_produce_records,
@@ -42,14 +44,20 @@ API_KEY = 0
 log = get_logger("rallypoint.produce")
 
 
-def _error(index: int, code: ErrorCode, log_start_offset: int = -1, message: str | None = None) -> dict[str, Any]:
+def _error(
+    index: int,
+    code: ErrorCode,
+    log_start_offset: int = -1,
+    message: str | None = None,
+    record_errors: tuple[tuple[int, str], ...] = (),
+) -> dict[str, Any]:
     return {
         "index": index,
         "error_code": code,
         "base_offset": -1,
         "log_append_time": None,
         "log_start_offset": log_start_offset,
-        "record_errors": [],
+        "record_errors": [{"batch_index": i, "batch_index_error_message": m} for i, m in record_errors],
         "error_message": message,
     }
 
@@ -126,18 +134,14 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
             try:
                 h = validate_client_batch(data, pos, size, store.max_message_bytes_for(topic))
                 checked = await _walk_records(data, h, max_uncompressed)
+                policy = store.policy(topic)
+                if policy.compact:
+                    check_keys(data, h, max_uncompressed, f"{topic.name}-{idx}")
                 if plog.deleted:  # the topic went away while the walk yielded
                     raise BatchError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the partition was deleted")
-                append_time = ctx.broker.clock.now_ms() if store.log_append_time(topic) else None
-                result = plog.append_client_batch(
-                    data,
-                    pos,
-                    size,
-                    h,
-                    checked,
-                    retention_bytes=store.retention_bytes_for(topic),
-                    log_append_time=append_time,
-                )
+                now = ctx.broker.clock.now_ms()
+                append_time = now if policy.log_append_time else None
+                result = plog.append_client_batch(data, pos, size, h, checked, policy=policy, now_ms=now)
             except BatchError as e:
                 log.info(
                     "produce refused",
@@ -150,7 +154,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
                 lso = (
                     -1 if e.code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.MESSAGE_TOO_LARGE) else plog.log_start_offset
                 )
-                parts.append(_error(idx, e.code, lso))
+                parts.append(_error(idx, e.code, lso, e.error_message, e.record_errors))
                 continue
             parts.append(
                 {

@@ -8,6 +8,7 @@ effective configs) so tools that set them work (docs/configs.md, "What takes eff
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
@@ -31,8 +32,10 @@ def _int(lo: int = _LONG_MIN, hi: int = 2**63 - 1) -> Callable[[str], None]:
     return check
 
 
-def _float(v: str) -> None:
-    float(v)
+def _ratio(v: str) -> None:
+    x = float(v)
+    if not 0.0 <= x <= 1.0:
+        raise ValueError("Value must be at least 0" if x < 0 else "Value must be no more than 1")
 
 
 def _bool(v: str) -> None:
@@ -82,7 +85,7 @@ TOPIC_CONFIGS: dict[str, tuple[Callable[[str], None], str | None]] = {
     "message.timestamp.after.max.ms": (_int(0), "3600000"),
     "message.timestamp.before.max.ms": (_int(0), str(2**63 - 1)),
     "message.timestamp.type": (_timestamp_type, "CreateTime"),
-    "min.cleanable.dirty.ratio": (_float, "0.5"),
+    "min.cleanable.dirty.ratio": (_ratio, "0.5"),
     "min.compaction.lag.ms": (_int(0), "0"),
     "min.insync.replicas": (_int(1, INT32_MAX), "1"),
     "preallocate": (_bool, "false"),
@@ -102,7 +105,60 @@ TOPIC_CONFIGS: dict[str, tuple[Callable[[str], None], str | None]] = {
 BROKER_DEFAULTS: dict[str, str] = {
     "retention.bytes": "log.retention.bytes",
     "max.message.bytes": "message.max.bytes",
+    "retention.ms": "log.retention.ms",
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class LogPolicy:
+    """A topic's effective retention, segment and compaction settings (its dynamic configs over
+    the broker's defaults): what its partitions' logs obey (docs/configs.md, "Retention and
+    compaction")."""
+
+    delete: bool = True  # cleanup.policy holds "delete": retention applies
+    compact: bool = False  # cleanup.policy holds "compact": the cleaner applies
+    retention_bytes: int = -1
+    retention_ms: int = -1
+    segment_bytes: int = 1073741824
+    roll_ms: int = 604800000  # segment.ms; for compacted topics at most max.compaction.lag.ms
+    delete_retention_ms: int = 86400000
+    min_cleanable_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+    log_append_time: bool = False
+
+
+def policy(configs: Mapping[str, str], broker_values: Mapping[str, Any]) -> LogPolicy:
+    """The :class:`LogPolicy` of a topic with dynamic ``configs``."""
+
+    def get(name: str) -> str:
+        if name in configs:
+            return configs[name]
+        if name in BROKER_DEFAULTS:
+            return str(broker_values[BROKER_DEFAULTS[name]])
+        return TOPIC_CONFIGS[name][1] or ""
+
+    policies = {p.strip() for p in get("cleanup.policy").split(",") if p.strip()}
+    compact = "compact" in policies
+    max_lag = int(get("max.compaction.lag.ms"))
+    roll_ms = int(get("segment.ms"))
+    return LogPolicy(
+        delete="delete" in policies,
+        compact=compact,
+        retention_bytes=int(get("retention.bytes")),
+        retention_ms=int(get("retention.ms")),
+        segment_bytes=int(get("segment.bytes")),
+        roll_ms=min(roll_ms, max_lag) if compact else roll_ms,  # LogConfig.maxSegmentMs
+        delete_retention_ms=int(get("delete.retention.ms")),
+        min_cleanable_ratio=float(get("min.cleanable.dirty.ratio")),
+        min_compaction_lag_ms=int(get("min.compaction.lag.ms")),
+        max_compaction_lag_ms=max_lag,
+        log_append_time=get("message.timestamp.type") == "LogAppendTime",
+    )
 
 
 def validate(configs: Mapping[str, str | None]) -> dict[str, str]:

@@ -41,6 +41,7 @@ from rallypoint.protocol.records import (
     iter_record_times,
     parse_header,
     split_batches,
+    walk_record_spans,
 )
 
 # Records walked between two yields of :func:`check_records` (an async caller lets other
@@ -51,10 +52,20 @@ SLICE_RECORDS = 4096
 class BatchError(Exception):
     """A batch Kafka would refuse; ``code`` is the partition's error code."""
 
-    def __init__(self, code: ErrorCode, message: str) -> None:
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        error_message: str | None = None,
+        record_errors: tuple[tuple[int, str], ...] = (),
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        # what the produce response carries (Kafka fills them for record validation errors)
+        self.error_message = error_message
+        self.record_errors = record_errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,3 +182,22 @@ def validate_client_records(data: bytes, h: BatchHeader, max_uncompressed: int) 
         result = step
     assert result is not None
     return result
+
+
+def check_keys(data: bytes, h: BatchHeader, max_uncompressed: int, partition_name: str) -> None:
+    """``LogValidator.validateKey`` for a compacted topic: every record needs a key, else the
+    batch is refused with INVALID_RECORD and one record error per keyless record (the message
+    shows the first three, as ``processRecordErrors`` words it).  The batch was walked already."""
+    missing = [
+        i for i, (_o, _t, _kp, klen, *_rest) in enumerate(walk_record_spans(data, h, max_uncompressed)) if klen < 0
+    ]
+    if not missing:
+        return
+    text = f"Compacted topic cannot accept message without key in topic partition {partition_name}."
+    errors = tuple((i, text) for i in missing)
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    message = (
+        f"One or more records have been rejected due to {len(errors)} record errors in total, and only "
+        f"showing the first three errors at most: [{shown}]"
+    )
+    raise BatchError(ErrorCode.INVALID_RECORD, message, error_message=message, record_errors=errors)

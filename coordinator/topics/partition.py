@@ -2,8 +2,13 @@
 
 Batches are kept as bytes with their base offset already patched in.  The high watermark is
 the log end offset (one replica, acks=all is acks=1), and with no transactions the last
-stable offset equals it too.  Retention drops whole oldest batches (never the newest) while
-the partition holds more than ``retention_bytes``, advancing the log start offset.
+stable offset equals it too.  Retention drops whole oldest batches, advancing the log start
+offset: while the partition holds more than ``retention.bytes`` (never the newest batch), and
+those whose newest record is older than ``retention.ms`` (all of them if need be), for topics
+whose ``cleanup.policy`` holds ``delete``.  Compacted topics are cleaned by
+:mod:`.compaction`; the only segment kept track of in memory is the active one (the batches
+since the last roll), which the cleaner never touches (docs/configs.md, "Retention and
+compaction").
 
 Waiters are ``asyncio.Event`` objects of parked fetches; every append (and deletion of the
 partition) sets them, so a long-poll fetch wakes as soon as data arrives.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,11 +40,16 @@ from rallypoint.protocol.records import (
     with_max_timestamp,
 )
 
+from . import compaction
+from .configs import LogPolicy
 from .log_validator import BatchError, Checked
 from .producers import ProducerStates
 
 LEADER_EPOCH = 0
 NO_TIMESTAMP = -1
+DEFAULT_POLICY = LogPolicy(retention_bytes=-1)
+_LAST_DELTA = struct.Struct(">i")
+_LAST_DELTA_AT = 23  # lastOffsetDelta: after baseOffset, length, epoch, magic, crc, attributes
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +89,13 @@ class PartitionLog:
         self._batches: list[bytes] = []
         self._head = 0
         self._end_pos = 0
+        # the active segment: its first batch (an index into the lists) and when it was rolled
+        self._active = 0
+        self._active_since_ms: int | None = None
+        # compaction: the first offset not yet cleaned (Kafka's cleaner checkpoint) and the
+        # newest delete horizon the cleaner gave a batch of tombstones (NO_TIMESTAMP: none)
+        self.first_dirty = start_offset
+        self.latest_delete_horizon = NO_TIMESTAMP
         self.producers = ProducerStates()
         self._waiters: set[asyncio.Event] = set()
         self.deleted = False
@@ -125,13 +143,14 @@ class PartitionLog:
         h: BatchHeader,
         checked: Checked,
         *,
-        retention_bytes: int,
-        log_append_time: int | None = None,
+        policy: LogPolicy = DEFAULT_POLICY,
+        now_ms: int = 0,
     ) -> AppendResult:
         """Append one produced batch that passed ``log_validator`` (its header ``h`` and the
         ``checked`` walk of its records), after the idempotent-producer checks of Kafka's
-        ``UnifiedLog.analyzeAndValidateProducerState``.  ``log_append_time``: the broker's clock
-        for a topic with ``message.timestamp.type=LogAppendTime`` (the batch is stamped with it)."""
+        ``UnifiedLog.analyzeAndValidateProducerState``.  ``policy``: the topic's settings (a
+        LogAppendTime topic's batches are stamped with ``now_ms``; segments roll by size and
+        age; ``retention.bytes`` applies)."""
         entry = None
         if h.has_producer_id:
             entry = self.producers.get(h.producer_id)
@@ -140,11 +159,33 @@ class PartitionLog:
                 if dup is not None:
                     return AppendResult(dup.first_offset, self.log_start_offset, duplicate=True)
                 entry.check(h)
-        base = self._append(data, pos, size, h, checked, log_append_time)
+        self._maybe_roll(size, policy, now_ms)
+        base = self._append(data, pos, size, h, checked, now_ms if policy.log_append_time else None)
         if h.has_producer_id:  # only once appended: a refused batch leaves no producer entry
             (entry or self.producers.entry(h.producer_id)).add(h, base)
-        self._retain(retention_bytes)
+        if policy.delete:
+            self._retain(policy.retention_bytes)
         return AppendResult(base, self.log_start_offset)
+
+    def _maybe_roll(self, size: int, policy: LogPolicy, now_ms: int) -> None:
+        """Start a new active segment before this batch when the active one would pass
+        ``segment.bytes`` or is older than ``segment.ms`` (Kafka's ``LogSegment.shouldRoll``,
+        without jitter; age counted from the roll)."""
+        n = len(self._batches)
+        if self._active >= n:  # the active segment is empty: this batch opens it
+            self._active_since_ms = now_ms
+            return
+        if self._active_since_ms is None:
+            self._active_since_ms = now_ms
+        active_bytes = self._end_pos - self._pos[self._active]
+        if active_bytes + size > policy.segment_bytes or now_ms - self._active_since_ms >= policy.roll_ms:
+            self._active = n
+            self._active_since_ms = now_ms
+
+    def roll(self, now_ms: int) -> None:
+        """Close the active segment now (the next batch opens a new one)."""
+        self._active = len(self._batches)
+        self._active_since_ms = now_ms
 
     def _append(
         self, data: bytes, pos: int, size: int, h: BatchHeader, checked: Checked, log_append_time: int | None = None
@@ -190,14 +231,37 @@ class PartitionLog:
             trimmed = True
         if not trimmed:
             return
+        self._advance_head(head, self._base[head])
+
+    def _advance_head(self, head: int, log_start: int) -> None:
+        """Batches before index ``head`` go; the log starts at ``log_start`` (≥ their end)."""
         self._head = head
-        self.log_start_offset = self._base[head]
-        self.producers.truncate_head(self.log_start_offset)
+        self.log_start_offset = log_start
+        self.first_dirty = max(self.first_dirty, log_start)
+        self._active = max(self._active, head)
+        self.producers.truncate_head(log_start)
         if head > 1024 and head * 2 > len(self._batches):
             del self._base[:head], self._pos[:head], self._max_ts[:head], self._batches[:head]
             del self._max_ts_offset[:head]
             self._max_ts_so_far = list(itertools.accumulate(self._max_ts, max))
+            self._active -= head
             self._head = 0
+
+    def expire(self, now_ms: int, retention_ms: int) -> int:
+        """``retention.ms``: drop the oldest batches whose newest record is older than
+        ``retention_ms`` (every batch if all are; Kafka rolls the active segment then); the log
+        start offset moves past them.  Returns how many batches went."""
+        if retention_ms < 0:
+            return 0
+        limit = now_ms - retention_ms
+        head, n = self._head, len(self._batches)
+        while head < n and self._max_ts[head] < limit:
+            head += 1
+        gone = head - self._head
+        if gone:
+            self._advance_head(head, self._base[head] if head < n else self.next_offset)
+            self.notify()
+        return gone
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (never back); the batches
@@ -210,20 +274,22 @@ class PartitionLog:
             head += 1
         if head == last and offset >= self.next_offset:
             head = len(self._batches)  # everything goes
-        self._head = head
-        self.log_start_offset = offset
-        self.producers.truncate_head(offset)
+        self._advance_head(head, offset)
         self.notify()
         return offset
 
     # ------------------------------------------------------------------ read
 
     def _index_for(self, offset: int) -> int:
-        """Index of the batch containing ``offset`` (first batch with last offset ≥ offset)."""
-        # The batch containing offset is the last one whose base offset is <= offset; base offsets
-        # of consecutive batches are contiguous, so that batch's last offset is >= offset.
+        """Index of the first batch whose last offset is ≥ ``offset`` (the one holding it, or
+        the next one when ``offset`` fell in a gap compaction left)."""
         i = bisect.bisect_right(self._base, offset, lo=self._head) - 1
-        return max(i, self._head)
+        if i < self._head:
+            return self._head
+        b = self._batches[i]
+        if self._base[i] + _LAST_DELTA.unpack_from(b, _LAST_DELTA_AT)[0] < offset:
+            return i + 1
+        return i
 
     def check_offset(self, offset: int) -> None:
         if offset < self.log_start_offset or offset > self.next_offset:
@@ -236,7 +302,8 @@ class PartitionLog:
         """Bytes a fetch at ``offset`` could return now (0 at the end or out of range)."""
         if offset >= self.next_offset or offset < self.log_start_offset or self._head >= len(self._batches):
             return 0
-        return self._end_pos - self._pos[self._index_for(offset)]
+        i = self._index_for(offset)
+        return self._end_pos - self._pos[i] if i < len(self._batches) else 0
 
     def read(self, offset: int, max_bytes: int, min_one: bool) -> ReadResult:
         """Whole batches from the one containing ``offset``, up to ``max_bytes``.
@@ -249,6 +316,8 @@ class PartitionLog:
             return ReadResult(b"", self.next_offset, self.log_start_offset)  # at the end, or in a gap
         i = self._index_for(offset)
         n = len(self._batches)
+        if i >= n:
+            return ReadResult(b"", self.next_offset, self.log_start_offset)
         start_pos = self._pos[i]
         j = i
         while j < n:
@@ -260,6 +329,86 @@ class PartitionLog:
             return ReadResult(b"", self.next_offset, self.log_start_offset)
         data = self._batches[i] if j == i + 1 else b"".join(self._batches[i:j])
         return ReadResult(data, self.next_offset, self.log_start_offset)
+
+    # ------------------------------------------------------------------ compaction
+
+    def cleanable_end(self, now_ms: int, policy: LogPolicy) -> int:
+        """Index of the first batch the cleaner must leave alone: the active segment's first,
+        or an earlier one holding records younger than ``min.compaction.lag.ms``."""
+        end = self._active
+        if policy.min_compaction_lag_ms > 0:
+            young = now_ms - policy.min_compaction_lag_ms
+            for i in range(self._head, end):
+                if self._max_ts[i] > young:
+                    return i
+        return end
+
+    def _pos_at(self, i: int) -> int:
+        return self._pos[i] if i < len(self._pos) else self._end_pos
+
+    def dirty_ratio(self, end: int) -> float:
+        """Bytes not yet cleaned over all bytes, of the batches before index ``end``."""
+        total = self._pos_at(end) - self._pos_at(self._head)
+        if total <= 0:
+            return 0.0
+        dirty_from = self._index_for(self.first_dirty) if self.first_dirty > self.log_start_offset else self._head
+        return max(0, self._pos_at(end) - self._pos_at(dirty_from)) / total
+
+    def needs_cleaning(self, now_ms: int, policy: LogPolicy) -> bool:
+        """Kafka's ``LogCleanerManager.grabFilthiestCompactedLog`` test for one log: its dirty
+        ratio reaches ``min.cleanable.dirty.ratio`` (and something is dirty), or its oldest dirty
+        record is older than ``max.compaction.lag.ms``, or the newest delete horizon it set has
+        passed."""
+        end = self.cleanable_end(now_ms, policy)
+        if end > self._head:
+            ratio = self.dirty_ratio(end)
+            if ratio > 0 and ratio >= policy.min_cleanable_ratio:
+                return True
+            if ratio > 0 and policy.max_compaction_lag_ms < 2**63 - 1:
+                first = self._index_for(max(self.first_dirty, self.log_start_offset))
+                if first < end and self._max_ts[first] < now_ms - policy.max_compaction_lag_ms:
+                    return True
+        return self.latest_delete_horizon != NO_TIMESTAMP and self.latest_delete_horizon <= now_ms
+
+    def clean(
+        self, now_ms: int, policy: LogPolicy, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
+    ) -> compaction.Cleaned:
+        """One cleaning pass over the batches before :meth:`cleanable_end` (:mod:`.compaction`);
+        the log's lists are rebuilt around the result and the dirty section starts after it."""
+        end = self.cleanable_end(now_ms, policy)
+        cleaned_to = self._base[end] if end < len(self._base) else self.next_offset
+        result = compaction.clean(
+            self._batches[self._head : end],
+            self._max_ts_offset[self._head : end],
+            now_ms=now_ms,
+            delete_retention_ms=policy.delete_retention_ms,
+            keep_empty=self.producers.last_offsets(),
+            max_uncompressed=max_uncompressed,
+        )
+        kept = list(zip(result.batches, result.max_ts_offsets, strict=True))
+        tail = list(zip(self._batches[end:], self._max_ts_offset[end:], strict=True))
+        self._rebuild(kept + tail, active=len(kept) + max(0, self._active - end))
+        self.first_dirty = max(self.first_dirty, cleaned_to)
+        self.latest_delete_horizon = result.latest_delete_horizon
+        self.notify()
+        return result
+
+    def _rebuild(self, batches: list[tuple[bytes, int]], active: int) -> None:
+        """Reset the parallel lists from (batch, offset of its max timestamp) pairs."""
+        self._base, self._pos, self._max_ts, self._max_ts_offset, self._batches = [], [], [], [], []
+        pos = 0
+        for b, max_off in batches:
+            h = parse_header(b)
+            self._base.append(h.base_offset)
+            self._pos.append(pos)
+            self._max_ts.append(h.max_timestamp)
+            self._max_ts_offset.append(max_off)
+            self._batches.append(b)
+            pos += len(b)
+        self._end_pos = pos
+        self._max_ts_so_far = list(itertools.accumulate(self._max_ts, max))
+        self._head = 0
+        self._active = active
 
     # ------------------------------------------------------------------ timestamps
 

@@ -122,6 +122,11 @@ class ProducerStates:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def last_offsets(self) -> frozenset[int]:
+        """The last offset of each producer's newest batch (log compaction keeps that batch,
+        emptied if need be, so the producer's state survives: Kafka's ``LogCleaner``)."""
+        return frozenset(e.last_offset for e in self._entries.values())
+
     def truncate_head(self, log_start_offset: int) -> None:
         """Forget producers whose last write is gone (``ProducerStateManager.truncateHead``)."""
         gone = [pid for pid, e in self._entries.items() if e.last_offset < log_start_offset]

@@ -38,6 +38,7 @@ from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
+from ..clock import Clock, SystemClock
 from ..config import default
 from ..logger import get as get_logger
 from ..slicing import Slicer
@@ -100,6 +101,7 @@ class Topic:
     is_internal: bool = False
     configs: dict[str, str] = field(default_factory=dict)
     partitions: list[PartitionLog] = field(default_factory=list, repr=False)
+    policy: topic_configs.LogPolicy | None = field(default=None, repr=False)  # cached by TopicStore.policy
 
     def __post_init__(self) -> None:
         while len(self.partitions) < self.num_partitions:
@@ -121,6 +123,11 @@ class TopicStore:
         retention_bytes: int = default("log.retention.bytes"),
         max_message_bytes: int = default("message.max.bytes"),
         max_partitions: int | None = None,
+        log_defaults: Mapping[str, Any] | None = None,
+        clock: Clock | None = None,
+        cleaner_backoff_ms: int = default("log.cleaner.backoff.ms"),
+        retention_check_interval_ms: int = default("log.retention.check.interval.ms"),
+        max_uncompressed: int = default("rallypoint.max.uncompressed.batch.bytes"),
     ) -> None:
         self.default_partitions = default_partitions
         # Most partitions the broker holds, all topics together (None: no cap).
@@ -129,6 +136,16 @@ class TopicStore:
         self.auto_create = auto_create
         self.retention_bytes = retention_bytes
         self.max_message_bytes = max_message_bytes
+        # broker settings that supply topic config defaults (topic_configs.BROKER_DEFAULTS)
+        self._log_defaults = {k: default(k) for k in topic_configs.BROKER_DEFAULTS.values()}
+        self._log_defaults.update(log_defaults or {})
+        self._log_defaults["log.retention.bytes"] = retention_bytes
+        self._log_defaults["message.max.bytes"] = max_message_bytes
+        self.clock: Clock = clock or SystemClock()
+        self.cleaner_backoff_ms = cleaner_backoff_ms
+        self.retention_check_interval_ms = retention_check_interval_ms
+        self.max_uncompressed = max_uncompressed
+        self._cleaner: asyncio.Task[None] | None = None
         self.data_dir = data_dir
         self._topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
@@ -168,13 +185,12 @@ class TopicStore:
         for t in self._topics.values():
             yield from t.partitions
 
-    def retention_bytes_for(self, topic: Topic) -> int:
-        v = topic.configs.get("retention.bytes")
-        return int(v) if v is not None else self.retention_bytes
-
-    def log_append_time(self, topic: Topic) -> bool:
-        """Whether the topic's batches take the broker's time (``message.timestamp.type``)."""
-        return topic.configs.get("message.timestamp.type") == "LogAppendTime"
+    def policy(self, topic: Topic) -> topic_configs.LogPolicy:
+        """The topic's retention, segment and compaction settings (cached until its configs change)."""
+        p = topic.policy
+        if p is None:
+            p = topic.policy = topic_configs.policy(topic.configs, self._log_defaults)
+        return p
 
     def max_message_bytes_for(self, topic: Topic) -> int:
         v = topic.configs.get("max.message.bytes")
@@ -201,7 +217,7 @@ class TopicStore:
             )
 
     def broker_values(self) -> dict[str, Any]:
-        return {"log.retention.bytes": self.retention_bytes, "message.max.bytes": self.max_message_bytes}
+        return dict(self._log_defaults)
 
     # ------------------------------------------------------------------ create / delete
 
@@ -288,6 +304,7 @@ class TopicStore:
         request that changed them is answered (the server awaits :meth:`persist`)."""
         topic = self._topics[name]
         topic.configs = dict(configs)
+        topic.policy = None
         self._changed()
 
     def delete(self, name: str) -> Topic:
@@ -367,6 +384,7 @@ class TopicStore:
     async def start(self) -> None:
         if self.data_dir is not None:
             self._flusher = asyncio.create_task(self._flush_loop(), name="topics-flusher")
+        self._cleaner = asyncio.create_task(self._cleaner_loop(), name="log-cleaner")
 
     def begin_shutdown(self) -> None:
         """Release parked fetches so they answer at once."""
@@ -376,6 +394,11 @@ class TopicStore:
 
     async def stop(self) -> None:
         self.begin_shutdown()
+        if self._cleaner is not None:
+            self._cleaner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cleaner
+            self._cleaner = None
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -394,6 +417,74 @@ class TopicStore:
                     log.error("could not save topic state", error=str(e))
                 except Exception:
                     log.exception("could not save topic state")
+
+    # ------------------------------------------------------------------ retention and cleaning
+
+    async def _cleaner_loop(self) -> None:
+        """Time-based retention every ``log.retention.check.interval.ms`` and the log cleaner
+        every ``log.cleaner.backoff.ms`` (both on the broker's clock, so the control plane's
+        clock advance counts), one partition at a time between yields."""
+        next_retention = next_clean = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            if now >= next_retention:
+                next_retention = now + self.retention_check_interval_ms / 1000
+                await self._sweep(clean=False)
+            if now >= next_clean:
+                next_clean = now + self.cleaner_backoff_ms / 1000
+                await self._sweep(clean=True)
+            await asyncio.sleep(max(0.001, min(next_retention, next_clean) - loop.time()))
+
+    async def _sweep(self, *, clean: bool) -> None:
+        for topic in list(self._topics.values()):
+            if topic.is_internal or topic.name not in self._topics:
+                continue
+            p = self.policy(topic)
+            if not (p.compact if clean else p.delete and p.retention_ms >= 0):
+                continue
+            for plog in topic.partitions:
+                if plog.deleted:
+                    continue
+                try:
+                    if clean:
+                        self.clean_partition(plog, p)
+                    else:
+                        self.expire_partition(plog, p)
+                except Exception:  # one bad partition must not stop the cleaner for the others
+                    log.exception("log cleaning failed", topic=topic.name, partition=plog.partition)
+                await asyncio.sleep(0)
+
+    def expire_partition(self, plog: PartitionLog, p: topic_configs.LogPolicy) -> int:
+        """``retention.ms`` for one partition now; returns how many batches went."""
+        gone = plog.expire(self.clock.now_ms(), p.retention_ms)
+        if gone:
+            log.info(
+                "retention deleted batches",
+                topic=plog.topic,
+                partition=plog.partition,
+                batches=gone,
+                log_start_offset=plog.log_start_offset,
+            )
+        return gone
+
+    def clean_partition(self, plog: PartitionLog, p: topic_configs.LogPolicy, *, force: bool = False) -> bool:
+        """Clean one compacted partition if it needs it (or ``force``); True if a pass ran."""
+        now = self.clock.now_ms()
+        if not force and not plog.needs_cleaning(now, p):
+            return False
+        r = plog.clean(now, p, self.max_uncompressed)
+        log.info(
+            "log cleaned",
+            topic=plog.topic,
+            partition=plog.partition,
+            records_removed=r.records_removed,
+            tombstones_removed=r.tombstones_removed,
+            bytes_before=r.bytes_before,
+            bytes_after=r.bytes_after,
+            first_dirty_offset=plog.first_dirty,
+        )
+        return True
 
     # ------------------------------------------------------------------ persistence
 

@@ -46,7 +46,7 @@ def append(plog: PartitionLog, n: int) -> tuple[int, int]:
     pos, size = validate_produce_records(9, data)
     h = validate_client_batch(data, pos, size, MAX)
     checked = validate_client_records(data, h, 1 << 24)
-    base = plog.append_client_batch(data, pos, size, h, checked, retention_bytes=-1).base_offset
+    base = plog.append_client_batch(data, pos, size, h, checked).base_offset
     return base, base + n
 
 
