@@ -52,6 +52,7 @@ def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     broker = Broker(
         cfg, clock=clock, topics=topics, groups=groups, consumer_groups=consumer_groups, offsets_log=offsets_log
     )
+    consumer_groups.machine.group_setting = broker.group_configs.get  # per-group session/heartbeat settings
     broker.add_component(broker.topics)
     broker.add_component(groups)
     broker.add_component(consumer_groups)

@@ -223,6 +223,21 @@ def test_session_timeout_fences(h: Harness) -> None:
     assert a.count() == 6
 
 
+def test_group_configs_override_session_timeout_and_heartbeat_interval(h: Harness) -> None:
+    """consumer.session.timeout.ms / consumer.heartbeat.interval.ms set on one group (resource
+    type GROUP) apply to that group only; the others keep the broker's settings."""
+    overrides = {("fast", "consumer.session.timeout.ms"): "8000", ("fast", "consumer.heartbeat.interval.ms"): "700"}
+    defaults = {"consumer.session.timeout.ms": "45000", "consumer.heartbeat.interval.ms": "5000"}
+    h.machine.group_setting = lambda gid, name: overrides.get((gid, name), defaults[name])
+    fast, slow = Client(h, "a", ["t"], group="fast"), Client(h, "b", ["t"], group="g")
+    assert fast.join().heartbeat_interval_ms == 700
+    assert slow.join().heartbeat_interval_ms == 5000
+    assert h.timers[ConsumerMemberKey("session", "fast", "a")] == h.now + 8000
+    h.advance(8001)
+    assert "a" not in h.group("fast").members  # fenced after the group's own 8 s
+    assert set(h.group("g").members) == {"b"}
+
+
 def test_rebalance_timeout_fences_a_member_that_does_not_revoke(h: Harness) -> None:
     a = Client(h, "a", ["t"], rebalance_timeout_ms=10000)
     b = Client(h, "b", ["t"])

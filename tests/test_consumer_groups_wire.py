@@ -172,3 +172,24 @@ def test_consumer_group_describe_of_a_classic_group_is_not_found(b: BrokerProces
         assert r["error_code"] == E.GROUP_ID_NOT_FOUND
         # and a consumer heartbeat cannot take the live classic group over (until migration is served)
         assert join(c, "classic-g", "m", [])["error_code"] == E.GROUP_ID_NOT_FOUND
+
+
+def test_a_groups_own_heartbeat_interval_set_through_incremental_alter_configs(b: BrokerProcess) -> None:
+    """IncrementalAlterConfigs on resource type GROUP (32) sets consumer.heartbeat.interval.ms
+    for that group only: its next heartbeat answer carries it; other groups keep the broker's."""
+    with WireClient(b.host, b.port) as c:
+        make_topic(c, "gc", 1)
+        alter = {
+            "resources": [
+                {
+                    "resource_type": 32,
+                    "resource_name": "tuned",
+                    "configs": [{"name": "consumer.heartbeat.interval.ms", "config_operation": 0, "value": "200"}],
+                }
+            ],
+            "validate_only": False,
+        }
+        r = d(c.call(44, 1, alter))
+        assert r["responses"][0]["error_code"] == 0, r
+        assert join(c, "tuned", "m1", ["gc"])["heartbeat_interval"] == 200
+        assert join(c, "other", "m2", ["gc"])["heartbeat_interval"] == 300

@@ -161,6 +161,7 @@ class ConsumerGroupMachine:
         *,
         classic_members: Callable[[str], int | None] | None = None,
         new_member_id: Callable[[], str] | None = None,
+        group_setting: Callable[[str, str], str] | None = None,
     ) -> None:
         self.config = config
         self.topics = topics
@@ -168,6 +169,9 @@ class ConsumerGroupMachine:
         # How many members a *classic* group of this id has (None: no classic group).  Wired by
         # the runtime to the classic coordinator (docs/consumer-groups.md, "Classic groups").
         self.classic_members = classic_members or (lambda _gid: None)
+        # A group's effective dynamic config (group id, name) -> value: its override set with
+        # IncrementalAlterConfigs on GROUP, else the broker's default (docs/configs.md).
+        self.group_setting = group_setting
         self._new_member_id = new_member_id or (lambda: str(uuid.uuid4()))
         self._effects: list[ConsumerEffect] = []
         self._persist_ids = itertools.count(1)
@@ -179,6 +183,18 @@ class ConsumerGroupMachine:
         self._states: dict[str, str] = {}
 
     # ------------------------------------------------------------------ effect plumbing
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        """``consumer.session.timeout.ms`` of the group (Kafka's ``consumerGroupSessionTimeoutMs``)."""
+        if self.group_setting is None:
+            return self.config.session_timeout_ms
+        return int(self.group_setting(group_id, "consumer.session.timeout.ms"))
+
+    def heartbeat_interval_ms(self, group_id: str) -> int:
+        """``consumer.heartbeat.interval.ms`` of the group (``consumerGroupHeartbeatIntervalMs``)."""
+        if self.group_setting is None:
+            return self.config.heartbeat_interval_ms
+        return int(self.group_setting(group_id, "consumer.heartbeat.interval.ms"))
 
     def _begin(self, now_ms: int) -> None:
         self._now = now_ms
@@ -433,7 +449,7 @@ class ConsumerGroupMachine:
             self._states[group.group_id] = group.state()
             for m in group.members.values():
                 classic = m.meta.classic_member_metadata
-                timeout = classic.session_timeout_ms if classic is not None else self.config.session_timeout_ms
+                timeout = classic.session_timeout_ms if classic is not None else self.session_timeout_ms(group.group_id)
                 self._arm(_timer("session", group.group_id, m.member_id), timeout)
                 if m.assignment.state == MemberState.UNREVOKED_PARTITIONS:
                     self._arm_rebalance(group, m)
@@ -568,7 +584,7 @@ class ConsumerGroupMachine:
         except AssignorError as e:
             respond(self._error(ErrorCode.UNKNOWN_SERVER_ERROR, f"Failed to compute a new target assignment: {e}"))
             return
-        self._arm(_timer("session", gid, member_id), self.config.session_timeout_ms)
+        self._arm(_timer("session", gid, member_id), self.session_timeout_ms(gid))
 
         full = (
             req.rebalance_timeout_ms != -1
@@ -583,7 +599,7 @@ class ConsumerGroupMachine:
             None,
             member_id,
             after.epoch,
-            self.config.heartbeat_interval_ms,
+            self.heartbeat_interval_ms(gid),
             {t: tuple(sorted(ps)) for t, ps in after.assigned.items() if ps} if send_assignment else None,
         )
 
@@ -1208,7 +1224,9 @@ class ConsumerGroupMachine:
 
     def _arm_rebalance(self, group: ConsumerGroup, m: ConsumerMember) -> None:
         self._rebalance_armed[(group.group_id, m.member_id)] = m.epoch
-        timeout = m.meta.rebalance_timeout_ms if m.meta.rebalance_timeout_ms > 0 else self.config.session_timeout_ms
+        timeout = (
+            m.meta.rebalance_timeout_ms if m.meta.rebalance_timeout_ms > 0 else self.session_timeout_ms(group.group_id)
+        )
         self._arm(_timer("rebalance", group.group_id, m.member_id), timeout)
 
     def _cancel_rebalance(self, group_id: str, member_id: str) -> None:
