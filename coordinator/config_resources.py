@@ -5,7 +5,8 @@ and ``ControllerConfigurationValidator`` (alter).
 
 Resource types: TOPIC (2) — the topic configs of ``topics/configs.py``, dynamic overrides kept
 with the topic in topics.json; BROKER (4) — the broker's settings, all static here (described,
-never altered); GROUP (32) — ``groups/group_configs.py``.  Every change of one resource is
+never altered); BROKER_LOGGER (8) — the level of each logger (``logger.py``); GROUP (32) —
+``groups/group_configs.py``.  Every change of one resource is
 checked completely before any of it is applied (all or nothing per resource).
 """
 
@@ -17,6 +18,7 @@ from typing import Any, Final
 
 from rallypoint.protocol.errors import ErrorCode
 
+from . import logger
 from .config import SETTINGS, Config
 from .groups.group_configs import GROUP_CONFIGS, GroupConfigError, GroupConfigStore
 from .topics import configs as topic_configs
@@ -35,6 +37,7 @@ DYNAMIC_TOPIC_CONFIG: Final = 1
 DYNAMIC_BROKER_CONFIG: Final = 2
 STATIC_BROKER_CONFIG: Final = 4
 DEFAULT_CONFIG: Final = 5
+DYNAMIC_BROKER_LOGGER_CONFIG: Final = 6
 GROUP_CONFIG: Final = 8
 
 # DescribeConfigs config_type
@@ -113,7 +116,10 @@ class ConfigResources:
             entries = self._group_entries(name)
         elif resource_type == BROKER_LOGGER:
             self._check_broker(name)
-            entries = []  # no per-logger levels (docs/configs.md, "What is not served")
+            entries = [
+                Entry(logger_name, level, DYNAMIC_BROKER_LOGGER_CONFIG, False, False, T_STRING)
+                for logger_name, level in logger.loggers().items()
+            ]
         else:
             raise ConfigRequestError(E.INVALID_REQUEST, f"Unsupported resource type {resource_type}")
         if keys is not None:
@@ -185,6 +191,9 @@ class ConfigResources:
         names = [n for n, _op, _v in ops]
         if len(set(names)) != len(names):
             raise ConfigRequestError(E.INVALID_REQUEST, "Error due to duplicate config keys")
+        if resource_type == BROKER_LOGGER:
+            self._alter_loggers(name, ops, validate_only)
+            return
 
         def change(current: dict[str, str]) -> dict[str, str | None]:
             out: dict[str, str | None] = dict(current)
@@ -210,6 +219,51 @@ class ConfigResources:
             return out
 
         self._apply(resource_type, name, change, validate_only)
+
+    def _alter_loggers(self, name: str, ops: Sequence[tuple[str, int, str | None]], validate_only: bool) -> None:
+        """Kafka's ``RuntimeLoggerManager``: the resource name must be this node's id; every op
+        is checked (in order, the first problem answers) before any is applied; SET gives a
+        logger a level, DELETE makes it inherit its parent's again (never the root's);
+        APPEND/SUBTRACT are refused.  Levels are not kept across a restart (as log4j's)."""
+        nulls = [key for key, op, value in ops if op != DELETE and value is None]
+        if nulls:
+            raise ConfigRequestError(E.INVALID_REQUEST, "Null value not supported for : " + ", ".join(nulls))
+        try:
+            node = int(name)
+        except ValueError:
+            raise ConfigRequestError(E.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}") from None
+        if node != self.node_id:
+            # (Kafka's message names its own id twice)
+            raise ConfigRequestError(
+                E.INVALID_REQUEST, f"Unexpected node id. Expected {self.node_id}, but received {self.node_id}"
+            )
+        valid = ", ".join(sorted(logger.LEVELS))
+        for key, op, value in ops:
+            if op in (SET, DELETE) and not logger.exists(key):
+                raise ConfigRequestError(E.INVALID_CONFIG, f"Logger {key} does not exist!")
+            if op == SET and value not in logger.LEVELS:
+                raise ConfigRequestError(
+                    E.INVALID_CONFIG,
+                    f"Cannot set the log level of {key} to {value} as it is not a supported log level. "
+                    f"Valid log levels are {valid}",
+                )
+            if op == DELETE and key == logger.ROOT:
+                raise ConfigRequestError(
+                    E.INVALID_REQUEST, f"Removing the log level of the {logger.ROOT} logger is not allowed"
+                )
+            if op in (APPEND, SUBTRACT):
+                verb = "APPEND" if op == APPEND else "SUBTRACT"
+                raise ConfigRequestError(
+                    E.INVALID_REQUEST, f"{verb} operation is not allowed for the BROKER_LOGGER resource"
+                )
+            if op not in (SET, DELETE):
+                raise ConfigRequestError(
+                    E.INVALID_REQUEST, f"Unknown operation type {op} is not allowed for the BROKER_LOGGER resource"
+                )
+        if validate_only:
+            return
+        for key, op, value in ops:
+            logger.set_level(key, value if op == SET else None)
 
     def _check_list(self, resource_type: int, key: str, op: int) -> None:
         verb = "append" if op == APPEND else "subtract"
@@ -253,7 +307,10 @@ class ConfigResources:
                 raise ConfigRequestError(E.INVALID_CONFIG, str(e)) from None
             if not validate_only:
                 self.groups.replace(name, wanted)
-        elif resource_type in (BROKER, BROKER_LOGGER):
+        elif resource_type == BROKER_LOGGER:
+            # ConfigAdminManager.preprocess: the legacy API cannot change loggers
+            raise ConfigRequestError(E.INVALID_REQUEST, f"Unknown resource type {BROKER_LOGGER}")
+        elif resource_type == BROKER:
             self._check_broker(name)
             wanted = change({})
             unknown = sorted(k for k in wanted if k not in SETTINGS)

@@ -180,3 +180,44 @@ def test_topic_configs_take_effect_log_append_time_and_max_message_bytes(broker:
     assert msg is not None and msg.value() == b"old"
     kind, ts = msg.timestamp()
     assert kind == TIMESTAMP_LOG_APPEND_TIME and before <= ts <= int(time.time() * 1000) + 1000
+
+
+def test_kafka_python_admin_sets_and_describes_broker_logger_levels(broker: BrokerProcess) -> None:
+    """BROKER_LOGGER (8): every logger with its level; a change of one logger (its children
+    inherit it); an unknown logger is INVALID_CONFIG.  (confluent-kafka has no BROKER_LOGGER.)"""
+    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    logger_1 = ConfigResource(ConfigResourceType.BROKER_LOGGER, "1")
+
+    def levels() -> dict[str, str]:
+        described = admin.describe_configs([logger_1])["broker_logger"]["1"]
+        assert {e["config_source"] for e in described.values()} == {"DYNAMIC_BROKER_LOGGER_CONFIG"}
+        return {name: e["value"] for name, e in described.items()}
+
+    try:
+        before = levels()
+        assert before["root"] == "INFO" and before["rallypoint"] == before["rallypoint.groups"] == "INFO"
+        change = ConfigResource(ConfigResourceType.BROKER_LOGGER, "1", configs={"rallypoint": "WARN"})
+        assert admin.alter_configs([change]) == {"broker_logger": {"1": "OK"}}  # sent as IncrementalAlterConfigs
+        after = levels()
+        assert after["rallypoint"] == after["rallypoint.groups"] == "WARN" and after["root"] == "INFO"
+    finally:
+        admin.close()
+    with WireClient(broker.host, broker.port) as c:  # kafka-python refuses unknown names itself
+        r = c.call(
+            44,
+            1,
+            {
+                "resources": [
+                    {
+                        "resource_type": 8,
+                        "resource_name": "1",
+                        "configs": [{"name": "no.such", "config_operation": 0, "value": "DEBUG"}],
+                    }
+                ],
+                "validate_only": False,
+            },
+        )
+        (resp,) = r.responses
+        assert (resp.error_code, resp.error_message) == (E.INVALID_CONFIG, "Logger no.such does not exist!")

@@ -7,13 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from rallypoint import config
+from rallypoint import config, logger
 from rallypoint.assemble import build_topics
 from rallypoint.config_resources import (
     APPEND,
     BROKER,
+    BROKER_LOGGER,
     DEFAULT_CONFIG,
     DELETE,
+    DYNAMIC_BROKER_LOGGER_CONFIG,
     DYNAMIC_TOPIC_CONFIG,
     GROUP,
     GROUP_CONFIG,
@@ -127,3 +129,82 @@ def test_group_configs_are_checked_kept_and_survive_a_restart(tmp_path: Path) ->
     assert again.groups.get("g", "share.auto.offset.reset") == "earliest"
     assert value(r.describe(GROUP, "g", None), "share.auto.offset.reset") == ("earliest", GROUP_CONFIG)
     assert again.groups.get("other", "share.auto.offset.reset") == "latest"
+
+
+@pytest.fixture
+def log_levels() -> object:
+    """Leave the process's logger levels as they were."""
+    saved = dict(logger._set)
+    yield None
+    logger._set.clear()
+    logger._set.update(saved)
+    logger._recompute()
+
+
+def test_broker_loggers_are_described_set_inherited_and_deleted(tmp_path: Path, log_levels: object) -> None:
+    r = resources(tmp_path)
+    node = str(r.node_id)
+    child = logger.get("rallypoint.testchild.deep")
+    logger.get("rallypoint.testchild")
+    described = {e.name: (e.value, e.source) for e in r.describe(BROKER_LOGGER, node, None)}
+    root_level = described["root"][0]
+    assert described["rallypoint.testchild.deep"] == (root_level, DYNAMIC_BROKER_LOGGER_CONFIG)
+    r.incremental_alter(BROKER_LOGGER, node, [("rallypoint.testchild", SET, "ERROR")], validate_only=False)
+    levels = {e.name: e.value for e in r.describe(BROKER_LOGGER, node, None)}
+    assert levels["rallypoint.testchild"] == levels["rallypoint.testchild.deep"] == "ERROR"  # inherited
+    assert not child.enabled(logger.LEVELS["WARN"]) and child.enabled(logger.LEVELS["ERROR"])
+    r.incremental_alter(BROKER_LOGGER, node, [("rallypoint.testchild.deep", SET, "DEBUG")], validate_only=True)
+    assert not child.enabled(logger.LEVELS["DEBUG"])  # validate_only changed nothing
+    r.incremental_alter(BROKER_LOGGER, node, [("rallypoint.testchild.deep", SET, "DEBUG")], validate_only=False)
+    assert child.enabled(logger.LEVELS["DEBUG"])
+    r.incremental_alter(
+        BROKER_LOGGER,
+        node,
+        [("rallypoint.testchild.deep", DELETE, None), ("rallypoint.testchild", DELETE, None)],
+        validate_only=False,
+    )
+    assert {e.name: e.value for e in r.describe(BROKER_LOGGER, node, None)}["rallypoint.testchild.deep"] == root_level
+
+
+@pytest.mark.parametrize(
+    ("name", "ops", "code", "message"),
+    [
+        ("1", [("no.such.logger", SET, "INFO")], E.INVALID_CONFIG, "Logger no.such.logger does not exist!"),
+        (
+            "1",
+            [("root", SET, "LOUD")],
+            E.INVALID_CONFIG,
+            "Cannot set the log level of root to LOUD as it is not a supported log level. "
+            "Valid log levels are DEBUG, ERROR, FATAL, INFO, TRACE, WARN",
+        ),
+        ("1", [("root", DELETE, None)], E.INVALID_REQUEST, "Removing the log level of the root logger is not allowed"),
+        (
+            "1",
+            [("root", APPEND, "INFO")],
+            E.INVALID_REQUEST,
+            "APPEND operation is not allowed for the BROKER_LOGGER resource",
+        ),
+        ("1", [("root", SET, None)], E.INVALID_REQUEST, "Null value not supported for : root"),
+        ("", [("root", SET, "INFO")], E.INVALID_REQUEST, "Node id must be an integer, but it is: "),
+        ("7", [("root", SET, "INFO")], E.INVALID_REQUEST, "Unexpected node id. Expected 1, but received 1"),
+        # the first op is valid, the second is not: nothing is applied
+        ("1", [("root", SET, "ERROR"), ("nope", SET, "INFO")], E.INVALID_CONFIG, "Logger nope does not exist!"),
+    ],
+)
+def test_broker_logger_changes_kafka_refuses(
+    tmp_path: Path,
+    log_levels: object,
+    name: str,
+    ops: list,
+    code: ErrorCode,
+    message: str,  # type: ignore[type-arg]
+) -> None:
+    r = resources(tmp_path, **{"node.id": "1"})
+    before = {e.name: e.value for e in r.describe(BROKER_LOGGER, "1", None)}
+    with pytest.raises(ConfigRequestError) as err:
+        r.incremental_alter(BROKER_LOGGER, name, ops, validate_only=False)
+    assert (err.value.code, err.value.message) == (code, message)
+    assert {e.name: e.value for e in r.describe(BROKER_LOGGER, "1", None)} == before
+    with pytest.raises(ConfigRequestError) as legacy:
+        r.alter(BROKER_LOGGER, "1", {"root": "INFO"}, validate_only=False)
+    assert (legacy.value.code, legacy.value.message) == (E.INVALID_REQUEST, "Unknown resource type 8")
