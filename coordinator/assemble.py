@@ -18,6 +18,8 @@ from .groups.runtime import GroupsRuntime
 from .storage import OffsetsLog
 from .topics import TopicStore
 from .topics import configs as topic_configs
+from .transactions.machine import TxnConfig
+from .transactions.runtime import TransactionsRuntime
 
 
 def build_topics(cfg: Config, clock: Clock | None = None) -> TopicStore:
@@ -49,12 +51,33 @@ def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
         len(g.members) if (g := groups.machine.groups.get(gid)) is not None else None
     )
     offsets_log.consumer_loader = consumer_groups.load_raw
+    offsets_log.pending_loader = groups.load_pending  # transactional offsets awaiting a marker
+    transactions = TransactionsRuntime(
+        TxnConfig(
+            max_timeout_ms=cfg["transaction.max.timeout.ms"],
+            id_expiration_ms=cfg["transactional.id.expiration.ms"],
+            num_partitions=cfg["transaction.state.log.num.partitions"],
+        ),
+        clock,
+        topics,
+        data_dir=data_dir(cfg),
+        abort_interval_ms=cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+        remove_interval_ms=cfg["transaction.remove.expired.transaction.cleanup.interval.ms"],
+    )
+    transactions.offsets_marker = groups.complete_transaction
     broker = Broker(
-        cfg, clock=clock, topics=topics, groups=groups, consumer_groups=consumer_groups, offsets_log=offsets_log
+        cfg,
+        clock=clock,
+        topics=topics,
+        groups=groups,
+        consumer_groups=consumer_groups,
+        offsets_log=offsets_log,
+        transactions=transactions,
     )
     consumer_groups.machine.group_setting = broker.group_configs.get  # per-group session/heartbeat settings
     broker.add_component(broker.topics)
     broker.add_component(groups)
     broker.add_component(consumer_groups)
     broker.add_component(offsets_log)  # after the groups runtime: its start() loads into it
+    broker.add_component(transactions)  # after the offsets log: its markers may go there
     return broker

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .groups.runtime import GroupsRuntime
     from .storage import OffsetsLog
     from .topics import TopicStore
+    from .transactions.runtime import TransactionsRuntime
 
 log = get_logger("rallypoint.broker")
 
@@ -106,6 +107,7 @@ class Broker:
         groups: GroupsRuntime,
         consumer_groups: ConsumerGroupsRuntime,
         offsets_log: OffsetsLog,
+        transactions: TransactionsRuntime,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -116,6 +118,7 @@ class Broker:
         self.groups = groups
         self.consumer_groups = consumer_groups  # KIP-848 consumer groups
         self.offsets_log = offsets_log
+        self.transactions = transactions  # the transaction coordinator (docs/transactions.md)
         self.bound_port: int = config["port"]  # the server sets the port it really bound
         # SASL users and SCRAM credentials (docs/security.md, "Users and credentials")
         self.credentials = CredentialStore.from_config(config, self.data_dir)

@@ -272,6 +272,29 @@ SETTINGS: Final[dict[str, Setting]] = {
             "least time between two target assignments of a group",
         ),
         Setting("offsets.topic.num.partitions", _int_range(1, 10000), 50, "partitions of `__consumer_offsets`"),
+        # transactions: docs/transactions.md, "Configuration"
+        Setting(
+            "transaction.state.log.num.partitions", _int_range(1, 10000), 50, "partitions of `__transaction_state`"
+        ),
+        Setting("transaction.max.timeout.ms", _int_range(1, INT32_MAX), 900000, "longest transaction timeout"),
+        Setting(
+            "transactional.id.expiration.ms",
+            _int_range(1, INT32_MAX),
+            604800000,
+            "idle time after which a transactional id is forgotten",
+        ),
+        Setting(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            _int_range(1, INT32_MAX),
+            10000,
+            "how often timed-out transactions are aborted",
+        ),
+        Setting(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            _int_range(1, INT32_MAX),
+            3600000,
+            "how often expired transactional ids are removed",
+        ),
         Setting("offsets.topic.segment.bytes", _int_range(1024, INT32_MAX), 104857600, "offsets log segment size"),
         Setting("offset.metadata.max.bytes", _int_range(0, INT32_MAX), 4096, "largest commit metadata"),
         Setting("offsets.retention.minutes", _int_range(1, INT32_MAX), 10080, "offset retention"),

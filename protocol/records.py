@@ -708,3 +708,21 @@ def control_type(rec: Record) -> int:
     if rec.key is None or len(rec.key) < 4:
         return -1
     return int(_I16.unpack_from(rec.key, 2)[0])
+
+
+def end_txn_marker(
+    offset: int, timestamp: int, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int = 0
+) -> bytes:
+    """The control batch ending a transaction (``MemoryRecords.withEndTransactionMarker``): one
+    record, key = (version 0, type COMMIT 1 / ABORT 0), value = (version 0, coordinator epoch),
+    transactional and control flags, base sequence -1, uncompressed, CreateTime."""
+    key = _I16.pack(0) + _I16.pack(CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _I16.pack(0) + struct.pack(">i", coordinator_epoch)
+    return encode_batch(
+        [Record(offset, timestamp, key, value)],
+        base_offset=offset,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        transactional=True,
+        control=True,
+    )

@@ -43,8 +43,10 @@ def sample(cls: type, index: int = 0) -> dict[str, Any]:
             out[name] = ["g1", "g2"]
         elif name == "topic_names":
             out[name] = ["t1", "t2"]
-        elif name == "partition_indexes":
+        elif name == "partition_indexes" or (name == "partitions" and kafka_type == "int32"):
             out[name] = [0, 1]
+        elif name == "transactional_ids":
+            out[name] = ["x1", "x2"]
         elif name in ("name", "topic") and kafka_type == "string":
             out[name] = f"t{index + 1}"
         elif name == "topic_id":
@@ -87,6 +89,9 @@ def expected_paths(name: str, version: int) -> list[str]:
         "IncrementalAlterConfigs": ["responses"],
         "DeleteRecords": ["topics.partitions"],  # DeleteRecordsRequest.getErrorResponse
         "DescribeTopicPartitions": ["topics"],
+        "AddPartitionsToTxn": ["results_by_topic_v3_and_below.results_by_partition"],
+        "TxnOffsetCommit": ["topics.partitions"],
+        "DescribeTransactions": ["transaction_states"],
     }
     if name == "Fetch":
         if version < 7:
@@ -100,8 +105,9 @@ def expected_paths(name: str, version: int) -> list[str]:
         return top if version < 4 else ["coordinators"]
     if name == "DescribeLogDirs":  # getErrorResponse sets only the top-level code (v3+)
         return top if version >= 3 else []
-    if name == "ElectLeaders":  # the sampled request names no partition (a null list): top level, v1+
-        return top if version >= 1 else []
+    if name == "ElectLeaders":  # every named partition, and the top level from v1
+        per_partition = ["replica_election_results.partition_result"]
+        return ["", *per_partition] if version >= 1 else per_partition
     return table.get(name, top)
 
 
@@ -110,7 +116,7 @@ def error_places(msg: Any, path: str = "") -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for f in dataclasses.fields(msg):
         value = getattr(msg, f.name)
-        if f.name == "error_code":
+        if f.name in ("error_code", "partition_error_code"):
             out.setdefault(path, []).append(int(value))
         elif isinstance(value, tuple):
             for item in value:

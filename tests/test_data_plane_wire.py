@@ -247,18 +247,17 @@ def test_hostile_batches_are_refused_and_never_stored(shared: BrokerProcess, wir
     assert (found["offset"], found["timestamp"]) == (1, 5001)
 
 
-def test_transactions_are_refused(wire: WireClient) -> None:
+def test_transactional_records_need_a_transactional_id(wire: WireClient) -> None:
+    """Transactional batches in a request without a transactional id: KafkaApis answers
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED (docs/transactions.md has the rest)."""
     t = unique("txn")
     create(wire, t)
-    assert init_pid(wire, "my-txn")["error_code"] == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     pid = init_pid(wire)
     assert pid["error_code"] == 0 and pid["producer_id"] >= 0 and pid["producer_epoch"] == 0
     assert init_pid(wire)["producer_id"] != pid["producer_id"]
     txb = batch(1, pid=pid["producer_id"], epoch=0, seq=0, transactional=True)
     assert produce(wire, t, txb)["error_code"] == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    assert (
-        produce(wire, t, batch(1), transactional_id="my-txn")["error_code"] == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-    )
+    assert init_pid(wire, "")["error_code"] == E.INVALID_REQUEST
 
 
 def test_idempotent_duplicate_is_appended_once(wire: WireClient) -> None:

@@ -60,6 +60,7 @@ class FakeLog:
         self.max_active = 0
         self.now_ok = False  # append_now takes batches (a log with no fsync to wait for)
         self.now_calls: list[tuple[int, tuple[Record, ...]]] = []
+        self.txn_calls: list[tuple[int, tuple[int, int] | None, bool | None]] = []
 
     def append_now(self, partition: int, records: Sequence[Record]) -> bool:
         if not self.now_ok:
@@ -69,8 +70,16 @@ class FakeLog:
             raise self.fail
         return True
 
-    async def append(self, partition: int, records: Sequence[Record]) -> None:
+    async def append(
+        self,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        producer: tuple[int, int] | None = None,
+        marker: bool | None = None,
+    ) -> None:
         self.calls.append((partition, tuple(records)))
+        self.txn_calls.append((partition, producer, marker))
         self.active += 1
         self.max_active = max(self.max_active, self.active)
         try:

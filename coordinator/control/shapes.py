@@ -53,6 +53,9 @@ MIRRORS: Final[dict[str, tuple[str, ...]]] = {
     "groups": ("groups", "group_ids"),  # DescribeGroups (ids), OffsetFetch v8+ (entries), ConsumerGroupDescribe (ids)
     "results": ("groups_names", "topics", "resources"),  # DeleteGroups, CreatePartitions, DescribeConfigs
     "coordinators": ("coordinator_keys",),  # FindCoordinator v4+
+    "results_by_topic_v3_and_below": ("v3_and_below_topics",),  # AddPartitionsToTxn v0-3
+    "results_by_partition": ("partitions",),
+    "transaction_states": ("transactional_ids",),  # DescribeTransactions
 }
 
 # response field -> request fields it copies (the entry's identity).
@@ -69,7 +72,9 @@ IDENTITY: Final[dict[str, tuple[str, ...]]] = {
     "resource_name": ("resource_name",),
 }
 # where a bare id from a request list (a group id, a topic name, a partition number) goes
-_BARE_TARGETS: Final = ("group_id", "key", "name", "partition_index", "partition", "index")
+_BARE_TARGETS: Final = ("group_id", "key", "name", "partition_index", "partition", "index", "transactional_id")
+# the field an entry's error goes in (AddPartitionsToTxn names it partition_error_code)
+_ERROR_FIELDS: Final = ("error_code", "partition_error_code")
 
 # Values Kafka puts beside an error where the schema default differs (INVALID_OFFSET,
 # NO_TIMESTAMP, UNDEFINED_EPOCH, Node.noNode(), NO_PRODUCER_ID ...).
@@ -126,8 +131,13 @@ def _fields(cls: type) -> dict[str, tuple[str, Any]]:
     return {name: (kt, nested) for name, kt, nested, _default in _plan(cls)}
 
 
+def _error_field(cls: type) -> str | None:
+    fields = _fields(cls)
+    return next((f for f in _ERROR_FIELDS if f in fields), None)
+
+
 def _has_error_code(cls: type) -> bool:
-    return "error_code" in _fields(cls)
+    return _error_field(cls) is not None
 
 
 def _is_group_request(request: Any) -> bool:
@@ -166,7 +176,7 @@ def _item_kind(list_name: str, request: Any) -> str | None:
         if list_name == "coordinator_keys" and not _is_group_request(request):
             return None
         return "group"
-    if list_name in _TOPIC_LISTS or list_name in ("topics", "topic_data"):
+    if list_name in _TOPIC_LISTS or list_name in ("topics", "topic_data", "v3_and_below_topics"):
         return "topic"
     return None
 
@@ -178,7 +188,9 @@ def _entity_kind(list_name: str, item: Any, request: Any) -> str | None:
         return None
     if list_name == "groups" and hasattr(item, "group_id"):
         return "group"
-    if list_name in ("topics", "topic_data") and any(hasattr(item, f) for f in ("name", "topic", "topic_id")):
+    if list_name in ("topics", "topic_data", "v3_and_below_topics") and any(
+        hasattr(item, f) for f in ("name", "topic", "topic_id")
+    ):
         return "topic"
     return None
 
@@ -286,8 +298,9 @@ def _element(
     out = _identity_fields(resp_cls, item, namer)
     if inside:
         out.update(_sentinels(resp_cls))
-        if _has_error_code(resp_cls):
-            out["error_code"] = code
+        field = _error_field(resp_cls)
+        if field is not None:
+            out[field] = code
             return out
     if not dataclasses.is_dataclass(item):
         return out if inside else None

@@ -95,19 +95,30 @@ class Context:
 
     # ----------------------------------------------------------------------- writes
 
-    def append(self, partition: int, records: Sequence[Record], done: Done, *, groups: Sequence[str] = ()) -> int:
+    def append(
+        self,
+        partition: int,
+        records: Sequence[Record],
+        done: Done,
+        *,
+        groups: Sequence[str] = (),
+        producer: tuple[int, int] | None = None,
+        marker: bool | None = None,
+    ) -> int:
         """Write ``records`` as one batch and call ``done(error)`` once the log answered.
 
         The records are replayed into the timeline now (docs/groups.md,
-        "Records are applied when appended"); ``groups`` names the groups ``done`` may change
-        (for "Internal errors").
+        "Records are applied when appended"), except a transactional batch (``producer``),
+        whose offsets stay pending in the offsets manager until the transaction's marker;
+        ``marker``: the batch is that COMMIT/ABORT control batch.  ``groups`` names the groups
+        ``done`` may change (for "Internal errors").
         """
         self._write_ids += 1
         wid = self._write_ids
-        self.timeline.append(wid, records)
+        self.timeline.append(wid, () if producer is not None else records)
         self._continuations[wid] = done
         self._write_groups[wid] = tuple(groups)
-        self._fx.append(Persist(wid, partition, tuple(records)))
+        self._fx.append(Persist(wid, partition, tuple(records), producer, marker))
         return wid
 
     def append_then_respond(

@@ -190,6 +190,18 @@ class GroupCoordinator:
             groups=(req.group_id,),
         )
 
+    def complete_transaction(
+        self, token: int, partition: int, producer_id: int, epoch: int, commit: bool, now_ms: int
+    ) -> list[Effect]:
+        """A transaction marker for ``__consumer_offsets-<partition>`` (docs/transactions.md)."""
+        return self._run(
+            now_ms,
+            "complete_transaction",
+            lambda: self.offsets.complete_transaction(token, partition, producer_id, epoch, commit),
+            token=token,
+            failed=E.UNKNOWN_SERVER_ERROR,
+        )
+
     def fetch_offsets(self, token: int, req: OffsetFetchRequest, now_ms: int) -> list[Effect]:
         failed = OffsetFetchResult(
             tuple(OffsetFetchGroupResult(g.group_id, E.UNKNOWN_SERVER_ERROR) for g in req.groups)
@@ -356,6 +368,22 @@ class GroupCoordinator:
                 self.ctx.cancel(key)
 
         return self._run(now_ms, "shutdown", body)
+
+    def load_pending(
+        self, partition: int, pending: Mapping[int, Mapping[OffsetCommitKey, OffsetCommitValue]], now_ms: int
+    ) -> list[Effect]:
+        """Offsets of transactions the log holds no marker for yet: pending again."""
+
+        def body() -> None:
+            for pid, offsets in pending.items():
+                by_group: dict[str, dict[tuple[str, int], OffsetCommitValue]] = {}
+                for key, value in offsets.items():
+                    by_group.setdefault(key.group, {})[(key.topic, key.partition)] = value
+                for gid, tps in by_group.items():
+                    self.offsets.load_pending(pid, gid, tps)
+            self.ctx.note("pending transactional offsets loaded", partition=partition, producers=sorted(pending))
+
+        return self._run(now_ms, "load_pending", body)
 
     def begin_load(self, partition: int) -> None:
         """Mark a ``__consumer_offsets`` partition as loading until :meth:`load` (requests for

@@ -100,6 +100,9 @@ class CommitRequest:
     retention_time_ms: int  # -1 = broker default (always -1 from v5 on)
     topics: tuple[CommitTopic, ...]
     api_version: int
+    # TxnOffsetCommit: the transaction's (producer id, epoch); the offsets stay pending until
+    # its COMMIT marker (docs/transactions.md, "Transactional offsets")
+    producer: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +358,8 @@ class Persist:
     persist_id: int
     partition: int
     records: tuple[Record, ...]
+    producer: tuple[int, int] | None = None  # a transactional batch of this (producer id, epoch)
+    marker: bool | None = None  # a COMMIT (True) or ABORT (False) control batch of ``producer``
 
 
 @dataclass(frozen=True, slots=True)

@@ -433,9 +433,12 @@ class ClassicGroup:
 
     # ------------------------------------------------- what the offsets manager asks
 
-    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> ErrorCode | None:
-        """May this member, in this generation, commit?  (``ClassicGroup.validateOffsetCommit``,
-        non-transactional.)"""
+    def validate_offset_commit(
+        self, member_id: str, instance_id: str | None, generation_id: int, *, transactional: bool = False
+    ) -> ErrorCode | None:
+        """May this member, in this generation, commit?  (``ClassicGroup.validateOffsetCommit``.)
+        A transactional commit without an identity is accepted on any group, and is never
+        refused with REBALANCE_IN_PROGRESS."""
         if self.state == DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
         if generation_id < 0 and self.state == EMPTY:
@@ -446,9 +449,9 @@ class ClassicGroup:
                 return err
             if generation_id != self.generation:
                 return E.ILLEGAL_GENERATION
-        elif self.state != EMPTY:
+        elif self.state != EMPTY and not transactional:
             return E.UNKNOWN_MEMBER_ID
-        if self.state == COMPLETING:
+        if self.state == COMPLETING and not transactional:
             return E.REBALANCE_IN_PROGRESS
         return None
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from rallypoint.protocol.errors import ErrorCode
-from rallypoint.protocol.offsets_schema import OffsetCommitValue
+from rallypoint.protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue
 
 from . import checks, records
 from .context import Context
@@ -49,7 +49,9 @@ class OffsetsGroup(Protocol):
     @property
     def partition(self) -> int: ...
 
-    def validate_offset_commit(self, member_id: str, instance_id: str | None, generation_id: int) -> ErrorCode | None:
+    def validate_offset_commit(
+        self, member_id: str, instance_id: str | None, generation_id: int, *, transactional: bool = False
+    ) -> ErrorCode | None:
         """None if this member, in this generation (or epoch), may commit; else the error."""
         ...
 
@@ -99,12 +101,18 @@ class _StableFetch:
     waiting_for: set[int]
 
 
+TopicPartition = tuple[str, int]
+
+
 class OffsetsManager(Generic[G]):
     def __init__(self, ctx: Context, groups: GroupDirectory[G]) -> None:
         self.ctx = ctx
         self.groups = groups
         self._stable_fetches: list[_StableFetch] = []
         ctx.settled_hooks.append(self._release_stable_fetches)
+        # Transactional offsets not yet committed or aborted (Kafka's
+        # ``pendingTransactionalOffsets``): producer id -> group -> partition -> (write id, value)
+        self.txn_pending: dict[int, dict[str, dict[TopicPartition, tuple[int, OffsetCommitValue | None]]]] = {}
 
     # ================================================================ OffsetCommit
 
@@ -123,17 +131,22 @@ class OffsetsManager(Generic[G]):
             return
         group = self.groups.get(req.group_id)
         created = False
+        transactional = req.producer is not None
         if group is None:
             if req.generation_id < 0:
                 # Admin clients and manual assignment: a "simple" group is created.
                 group = self.groups.create(req.group_id)
                 created = True
             else:
-                # validateOffsetCommit: GROUP_ID_NOT_FOUND from v9, ILLEGAL_GENERATION before.
-                code = E.GROUP_ID_NOT_FOUND if req.api_version >= 9 else E.ILLEGAL_GENERATION
+                # validateOffsetCommit: GROUP_ID_NOT_FOUND from OffsetCommit v9 (TxnOffsetCommit
+                # v6), ILLEGAL_GENERATION before.
+                newer = req.api_version >= (6 if transactional else 9)
+                code = E.GROUP_ID_NOT_FOUND if newer else E.ILLEGAL_GENERATION
                 ctx.respond(token, self._all_partitions(req, code))
                 return
-        err = group.validate_offset_commit(req.member_id, req.group_instance_id, req.generation_id)
+        err = group.validate_offset_commit(
+            req.member_id, req.group_instance_id, req.generation_id, transactional=transactional
+        )
         if err is not None:
             ctx.respond(token, self._all_partitions(req, err))
             return
@@ -168,6 +181,9 @@ class OffsetsManager(Generic[G]):
             if error is not None and created:
                 self.groups.revert_creation(group, response_error(error), "its first offset commit was not written")
 
+        if req.producer is not None:
+            self._commit_transactional(token, req, group, batch, result, after)
+            return
         ctx.append_then_respond(
             group.partition,
             batch,
@@ -177,6 +193,85 @@ class OffsetsManager(Generic[G]):
             after=after,
             groups=(group.group_id,),
         )
+
+    # ========================================================= transactional offsets
+
+    def _commit_transactional(
+        self,
+        token: int,
+        req: CommitRequest,
+        group: G,
+        batch: list[Record],
+        result: CommitResult,
+        after: Callable[[ErrorCode | None], None],
+    ) -> None:
+        """TxnOffsetCommit: the records go to the log in a transactional batch; their offsets
+        are pending for the producer until its marker (``OffsetMetadataManager.replay`` with a
+        producer id; docs/transactions.md, "Transactional offsets")."""
+        assert req.producer is not None
+        pid = req.producer[0]
+        gid = group.group_id
+        ctx = self.ctx
+
+        def done(error: ErrorCode | None) -> None:
+            after(error)
+            if error is not None:  # the batch is not in the log: its offsets were never pending
+                staged = self.txn_pending.get(pid, {}).get(gid, {})
+                for tp in [tp for tp, (w, _v) in staged.items() if w == wid]:
+                    del staged[tp]
+                self._prune(pid, gid)
+            ctx.respond(token, result if error is None else self._all_partitions(req, response_error(error)))
+
+        wid = ctx.append(group.partition, batch, done, groups=(gid,), producer=req.producer)
+        staged = self.txn_pending.setdefault(pid, {}).setdefault(gid, {})
+        for key, value in batch:
+            assert isinstance(key, OffsetCommitKey)
+            assert value is None or isinstance(value, OffsetCommitValue)
+            staged[(key.topic, key.partition)] = (wid, value)
+
+    def _prune(self, pid: int, gid: str) -> None:
+        by_group = self.txn_pending.get(pid)
+        if by_group is not None and not by_group.get(gid, True):
+            del by_group[gid]
+        if by_group is not None and not by_group:
+            del self.txn_pending[pid]
+
+    def complete_transaction(self, token: int, partition: int, producer_id: int, epoch: int, commit: bool) -> None:
+        """WriteTxnMarkers for ``__consumer_offsets-<partition>``: the control batch is written,
+        then the producer's pending offsets of the groups in this partition are committed (only
+        where no later commit exists) or dropped (``replayEndTransactionMarker``)."""
+        ctx = self.ctx
+
+        def done(error: ErrorCode | None) -> None:
+            if error is None:
+                by_group = self.txn_pending.get(producer_id, {})
+                for gid in [g for g in by_group if ctx.partition_for(g) == partition]:
+                    staged = by_group.pop(gid)
+                    if commit:
+                        for tp, (w, value) in staged.items():
+                            ctx.timeline.promote(gid, tp, value, w)
+                    self.groups_touched(gid)
+                if not by_group:
+                    self.txn_pending.pop(producer_id, None)
+            ctx.respond(token, E.NONE if error is None else response_error(error))
+
+        ctx.append(partition, [], done, producer=(producer_id, epoch), marker=commit)
+
+    def groups_touched(self, gid: str) -> None:
+        self.ctx.touched.add(gid)
+
+    def load_pending(self, producer_id: int, group_id: str, offsets: dict[TopicPartition, OffsetCommitValue]) -> None:
+        """Offsets of a transaction without a marker in the log at start-up (write id 0)."""
+        staged = self.txn_pending.setdefault(producer_id, {}).setdefault(group_id, {})
+        for tp, v in offsets.items():
+            staged[tp] = (0, v)
+
+    def _open_transactions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions of the group with a pending transactional offset (``openTransactions``)."""
+        out: set[TopicPartition] = set()
+        for by_group in self.txn_pending.values():
+            out.update(by_group.get(group_id, ()))
+        return out
 
     # ================================================================= OffsetFetch
 
@@ -206,19 +301,25 @@ class OffsetsManager(Generic[G]):
         self._stable_fetches = still
 
     def _fetch_now(self, req: OffsetFetchRequest) -> OffsetFetchResult:
-        return OffsetFetchResult(tuple(self._fetch_group(g) for g in req.groups))
+        return OffsetFetchResult(tuple(self._fetch_group(g, req.require_stable) for g in req.groups))
 
-    def _fetch_group(self, req: OffsetFetchGroupRequest) -> OffsetFetchGroupResult:
+    def _fetch_group(self, req: OffsetFetchGroupRequest, require_stable: bool = False) -> OffsetFetchGroupResult:
         err = checks.request(self.ctx, req.group_id, validate_id=False)
         if err is not None:
             return OffsetFetchGroupResult(req.group_id, err)
         # What the log acknowledged (Kafka reads at the last committed offset), less offsets
-        # being deleted.
+        # being deleted.  RequireStable: a partition with a pending transactional offset is
+        # UNSTABLE_OFFSET_COMMIT (docs/transactions.md, "Transactional offsets").
         offsets = self.ctx.timeline.readable_offsets(req.group_id)
+        unstable = self._open_transactions(req.group_id) if require_stable and self.txn_pending else set()
         if req.topics is None:
             by_topic: dict[str, list[OffsetFetchPartition]] = {}
             for (topic, part), v in offsets.items():
+                if (topic, part) in unstable:
+                    continue
                 by_topic.setdefault(topic, []).append(OffsetFetchPartition(part, v.offset, v.leader_epoch, v.metadata))
+            for topic, part in sorted(unstable):
+                by_topic.setdefault(topic, []).append(OffsetFetchPartition(part, error=E.UNSTABLE_OFFSET_COMMIT))
             return OffsetFetchGroupResult(
                 req.group_id, E.NONE, tuple(OffsetFetchTopic(t, tuple(ps)) for t, ps in by_topic.items())
             )
@@ -227,11 +328,12 @@ class OffsetsManager(Generic[G]):
             out = []
             for p in parts:
                 c = offsets.get((name, p))
-                out.append(
-                    OffsetFetchPartition(p)
-                    if c is None
-                    else OffsetFetchPartition(p, c.offset, c.leader_epoch, c.metadata)
-                )
+                if (name, p) in unstable:
+                    out.append(OffsetFetchPartition(p, error=E.UNSTABLE_OFFSET_COMMIT))
+                elif c is None:
+                    out.append(OffsetFetchPartition(p))
+                else:
+                    out.append(OffsetFetchPartition(p, c.offset, c.leader_epoch, c.metadata))
             topics.append(OffsetFetchTopic(name, tuple(out)))
         return OffsetFetchGroupResult(req.group_id, E.NONE, tuple(topics))
 

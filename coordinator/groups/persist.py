@@ -26,7 +26,17 @@ Record: TypeAlias = tuple[Key, Value | None]
 
 
 class OffsetsLog(Protocol):
-    async def append(self, partition: int, records: Sequence[Record]) -> None: ...
+    async def append(
+        self,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        producer: tuple[int, int] | None = None,
+        marker: bool | None = None,
+    ) -> None:
+        """``producer``: a transactional batch of this (producer id, epoch); with ``marker`` the
+        batch is instead that producer's COMMIT (True) or ABORT (False) control batch."""
+        ...
 
     def append_now(self, partition: int, records: Sequence[Record]) -> bool:
         """Write at once when nothing can come between, or return False (then ``append``)."""

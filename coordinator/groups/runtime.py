@@ -160,6 +160,10 @@ class GroupsRuntime:
         contract of ``rallypoint.storage.OffsetsLog``)."""
         self._guarded("load", lambda: self.machine.load(partition, groups, offsets, self.clock.now_ms()))
 
+    def load_pending(self, partition: int, pending: Mapping[int, Mapping[OffsetCommitKey, OffsetCommitValue]]) -> None:
+        """The offsets log's ``pending_loader``: transactional offsets still waiting for a marker."""
+        self._guarded("load_pending", lambda: self.machine.load_pending(partition, pending, self.clock.now_ms()))
+
     def partition_for(self, group_id: str) -> int:
         return self.machine.partition_for(group_id)
 
@@ -206,6 +210,15 @@ class GroupsRuntime:
 
     async def commit_offsets(self, req: CommitRequest) -> CommitResult:
         return await self._request(lambda t, now: self.machine.commit_offsets(t, req, now), CommitResult)
+
+    async def complete_transaction(self, partition: int, producer_id: int, epoch: int, commit: bool) -> ErrorCode:
+        """Write a transaction's marker to ``__consumer_offsets-<partition>`` and apply it to the
+        producer's pending offsets there; the error a marker write gets (NONE when written)."""
+        result = await self._request(
+            lambda t, now: self.machine.complete_transaction(t, partition, producer_id, epoch, commit, now),
+            ErrorCode,
+        )
+        return ErrorCode(result)
 
     async def fetch_offsets(self, req: OffsetFetchRequest) -> OffsetFetchResult:
         return await self._request(lambda t, now: self.machine.fetch_offsets(t, req, now), OffsetFetchResult)
@@ -287,7 +300,7 @@ class GroupsRuntime:
         # commit).  A per-partition lock here serialised commits to one fsync each (~8x slower).
         error: ErrorCode | None = None
         try:
-            await offsets_log.append(e.partition, e.records)
+            await offsets_log.append(e.partition, e.records, producer=e.producer, marker=e.marker)
         except PersistError as exc:
             error = exc.error
             log.warning("offsets append failed", partition=e.partition, error=error.name, detail=str(exc))
@@ -303,6 +316,8 @@ class GroupsRuntime:
         not with flush=always); only while no task of this runtime is appending to the same
         partition, so batches still reach the log in the order the machine emitted them."""
         error: ErrorCode | None = None
+        if e.producer is not None:
+            return False  # transactional batches and markers take the queued path
         try:
             if not offsets_log.append_now(e.partition, e.records):
                 return False

@@ -109,6 +109,20 @@ class Timeline:
         if offsets:
             self._offsets[group_id] = {tp: _Versions(v) for tp, v in offsets.items()}
 
+    def promote(self, group_id: str, tp: TopicPartition, value: OffsetCommitValue | None, write_id: int) -> None:
+        """A transaction's COMMIT marker is durable: its offset (written by ``write_id``, a
+        tombstone when None) becomes the committed one unless a later write committed one
+        already (Kafka compares record offsets; write ids follow the log order of a partition)."""
+        by_tp = self._offsets.setdefault(group_id, {})
+        versions = by_tp.setdefault(tp, _Versions())
+        if write_id >= versions.committed_by:
+            versions.committed = value
+            versions.committed_by = write_id
+        if versions.idle():
+            del by_tp[tp]
+        if not by_tp:
+            del self._offsets[group_id]
+
     def clear(self) -> None:
         self._offsets.clear()
         self._groups.clear()

@@ -56,6 +56,12 @@ MODULES: dict[int, str] = {
     75: "describe_topic_partitions",
     35: "describe_log_dirs",
     43: "elect_leaders",
+    24: "add_partitions_to_txn",
+    25: "add_offsets_to_txn",
+    26: "end_txn",
+    28: "txn_offset_commit",
+    65: "describe_transactions",
+    66: "list_transactions",
 }
 
 

@@ -1,7 +1,8 @@
-"""FindCoordinator (10), v0-6: we are the only broker, so we coordinate every group.
+"""FindCoordinator (10), v0-6: we are the only broker, so we coordinate every group and every
+transactional id (key type 1).
 
-Like Kafka, the ``__consumer_offsets`` topic is created on first use and that first answer is
-COORDINATOR_NOT_AVAILABLE (``KafkaApis.getCoordinator``).  Kafka does not validate the key here
+Like Kafka, the ``__consumer_offsets`` (``__transaction_state``) topic is created on first use
+and that first answer is COORDINATOR_NOT_AVAILABLE (``KafkaApis.getCoordinator``).  Kafka does not validate the key here
 (an empty group id has a coordinator too; the group APIs answer INVALID_GROUP_ID).
 """
 
@@ -13,7 +14,7 @@ from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
 from ..logger import get as get_logger
-from ..topics.store import OFFSETS_TOPIC
+from ..topics.store import OFFSETS_TOPIC, TRANSACTION_TOPIC
 
 API_KEY = 10
 
@@ -45,13 +46,22 @@ def _offsets_topic_ready(ctx: RequestContext) -> bool:
     return False
 
 
-def _coordinator(key_type: int, offsets_topic_ready: bool) -> ErrorCode:
-    if key_type == KEY_TYPE_GROUP:
-        return ErrorCode.NONE if offsets_topic_ready else ErrorCode.COORDINATOR_NOT_AVAILABLE
-    if key_type == KEY_TYPE_TRANSACTION:
-        # rallypoint has no transaction coordinator: Kafka answers COORDINATOR_NOT_AVAILABLE
-        # while __transaction_state has no available leader, so that is what clients get.
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+def _transaction_topic_ready(ctx: RequestContext) -> bool:
+    """Whether ``__transaction_state`` exists; if not, create it and answer
+    COORDINATOR_NOT_AVAILABLE this time, as Kafka does."""
+    broker = ctx.broker
+    if broker.topics.get(TRANSACTION_TOPIC) is not None:
+        return True
+    try:
+        broker.topics.create(TRANSACTION_TOPIC, broker.config["transaction.state.log.num.partitions"], is_internal=True)
+    except OSError as e:
+        log.warning("transaction topic not created", error=str(e))
+    return False
+
+
+def _coordinator(key_type: int, topic_ready: bool) -> ErrorCode:
+    if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
+        return ErrorCode.NONE if topic_ready else ErrorCode.COORDINATOR_NOT_AVAILABLE
     # Share groups (2): Kafka answers INVALID_REQUEST below v6 and when no share coordinator
     # runs; unknown key types fail as an invalid request.
     return ErrorCode.INVALID_REQUEST
@@ -62,7 +72,12 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     broker = ctx.broker
     key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))
     known_type = key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE)
-    ready = _offsets_topic_ready(ctx) if key_type == KEY_TYPE_GROUP else False
+    if key_type == KEY_TYPE_GROUP:
+        ready = _offsets_topic_ready(ctx)
+    elif key_type == KEY_TYPE_TRANSACTION:
+        ready = _transaction_topic_ready(ctx)
+    else:
+        ready = False
     if version >= 4:
         coordinators = []
         for key in request.coordinator_keys:

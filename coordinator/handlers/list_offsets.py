@@ -5,7 +5,7 @@ UnifiedLog.fetchOffsetByTimestamp, for a topic without tiered storage:
 
 * a partition listed twice → INVALID_REQUEST; a special timestamp the version does not know
   (-3 before v7, -4 before v8, -5 before v9, -6 before v11, other negatives) → UNSUPPORTED_VERSION;
-* -1 latest → high watermark (= last stable offset here), leader epoch 0;
+* -1 latest → high watermark (read_committed, v2+: the last stable offset), leader epoch 0;
 * -2 earliest and -4 earliest-local → log start offset;
 * -5 latest-tiered and -6 earliest-pending-upload → offset -1 (nothing is tiered);
 * -3 → the record with the largest timestamp; t ≥ 0 → the first record with timestamp ≥ t
@@ -53,10 +53,12 @@ def _answer(index: int, code: ErrorCode, timestamp: int = -1, offset: int = -1, 
     }
 
 
-def _lookup(plog: Any, ts: int, max_uncompressed: int) -> dict[str, Any]:
+def _lookup(plog: Any, ts: int, max_uncompressed: int, read_committed: bool = False) -> dict[str, Any]:
     idx = plog.partition
     if ts == LATEST:
-        return _answer(idx, ErrorCode.NONE, -1, plog.high_watermark, LEADER_EPOCH)
+        # read_committed (v2+ isolation level 1): the last stable offset
+        end = plog.last_stable_offset if read_committed else plog.high_watermark
+        return _answer(idx, ErrorCode.NONE, -1, end, LEADER_EPOCH)
     if ts in (EARLIEST, EARLIEST_LOCAL):
         return _answer(idx, ErrorCode.NONE, -1, plog.log_start_offset, LEADER_EPOCH if plog.has_epoch() else -1)
     if ts in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
@@ -73,6 +75,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     max_uncompressed = int(ctx.broker.config["rallypoint.max.uncompressed.batch.bytes"])
     counts = Counter((t.name, int(p.partition_index)) for t in request.topics for p in t.partitions)
+    read_committed = int(getattr(request, "isolation_level", 0)) == 1
     topics: list[dict[str, Any]] = []
     for t in request.topics:
         topic = store.get(t.name)
@@ -95,6 +98,6 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 code = ErrorCode.UNKNOWN_LEADER_EPOCH if cle > LEADER_EPOCH else ErrorCode.FENCED_LEADER_EPOCH
                 parts.append(_answer(idx, code))
                 continue
-            parts.append(_lookup(plog, ts, max_uncompressed))
+            parts.append(_lookup(plog, ts, max_uncompressed, read_committed))
         topics.append({"name": t.name, "partitions": parts})
     return {"throttle_time": 0, "topics": topics}

@@ -2,9 +2,9 @@
 
 Follows KafkaApis.handleProduceRequest and ReplicaManager.appendRecords:
 
-* transactional records or a transactional id → TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every
-  partition (what Kafka answers a principal without WRITE on the transactional id; this
-  broker has no transaction coordinator);
+* transactional records without a transactional id → TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+  for every partition (KafkaApis); a transactional batch must come from the transaction's
+  current epoch and go to a partition of the transaction (``_verify_transaction``);
 * acks other than 0, 1, -1 → INVALID_REQUIRED_ACKS for every partition;
 * unknown topic or partition → UNKNOWN_TOPIC_OR_PARTITION (Kafka does not auto-create topics
   on Produce; producers' Metadata requests do that), unknown topic id (v13) → UNKNOWN_TOPIC_ID;
@@ -88,6 +88,29 @@ async def _walk_records(data: bytes, h: BatchHeader, max_uncompressed: int) -> C
     raise AssertionError("check_records ends with its summary")
 
 
+def _verify_transaction(ctx: RequestContext, txn_id: str, plog: Any, h: BatchHeader, tp: tuple[str, int]) -> None:
+    """Before a transactional append: a stale epoch is INVALID_PRODUCER_EPOCH (checked first),
+    then the transaction coordinator must hold the partition in the producer's transaction —
+    the verification Kafka's leader asks for (``AddPartitionsToTxnManager``): a fenced producer
+    gets INVALID_PRODUCER_EPOCH, a partition not in the transaction INVALID_TXN_STATE (v10 and
+    older) or TRANSACTION_ABORTABLE (v11+)."""
+    entry = plog.producers.get(h.producer_id)
+    if entry is not None and h.producer_epoch < entry.epoch:
+        raise BatchError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"Epoch of producer {h.producer_id} is {h.producer_epoch}, which is smaller than the last seen epoch "
+            f"{entry.epoch}",
+        )
+    err = ctx.broker.transactions.machine.verify(txn_id, h.producer_id, h.producer_epoch, tp)
+    if err is None:
+        return
+    if err == ErrorCode.PRODUCER_FENCED:
+        err = ErrorCode.INVALID_PRODUCER_EPOCH
+    elif err in (ErrorCode.TRANSACTION_ABORTABLE, ErrorCode.CONCURRENT_TRANSACTIONS):
+        err = ErrorCode.TRANSACTION_ABORTABLE if ctx.api_version >= 11 else ErrorCode.INVALID_TXN_STATE
+    raise BatchError(err, f"transaction check failed for {tp[0]}-{tp[1]}: {err.name}")
+
+
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
     broker = ctx.broker
     store = broker.topics
@@ -97,7 +120,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
     max_uncompressed = int(ctx.broker.config["rallypoint.max.uncompressed.batch.bytes"])
 
     blanket: ErrorCode | None = None
-    if request.transactional_id is not None or _has_transactional_records(request):
+    txn_id = request.transactional_id
+    if txn_id is None and _has_transactional_records(request):
+        # KafkaApis: transactional records need a transactional id the principal may write
         blanket = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     elif acks not in (0, 1, -1):
         blanket = ErrorCode.INVALID_REQUIRED_ACKS
@@ -134,6 +159,8 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
             try:
                 h = validate_client_batch(data, pos, size, store.max_message_bytes_for(topic))
                 checked = await _walk_records(data, h, max_uncompressed)
+                if h.is_transactional:
+                    _verify_transaction(ctx, txn_id or "", plog, h, (topic.name, idx))
                 policy = store.policy(topic)
                 if policy.compact:
                     check_keys(data, h, max_uncompressed, f"{topic.name}-{idx}")

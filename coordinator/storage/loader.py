@@ -13,8 +13,9 @@ Pure: batches in, dictionaries out; no I/O, no asyncio.  Mirrors Kafka's loader
 * a record whose key does not decode is skipped and counted; so is a key whose last value does
   not decode (Kafka's loader would fail the partition; we load the rest and log it).
 
-Offsets still staged at the end of the log (a transaction without its marker) are dropped:
-rallypoint has no transaction coordinator to finish them.
+Offsets still staged at the end of the log (a transaction without its marker yet) are handed
+on as ``pending`` per producer id: the transaction coordinator ends those transactions later
+(docs/transactions.md, "Restarts").
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ class PartitionState:
     unknown_records: int = 0  # unknown key versions, skipped
     undecodable_records: int = 0  # known key type, bytes that do not decode; skipped
     first_error: str | None = None  # the first undecodable record, for the log
-    dropped_pending: int = 0  # transactional offsets without a marker
+    dropped_pending: int = 0  # transactional offsets without a marker (counted)
+    # ... and themselves: producer id -> offsets staged by its open transaction
+    pending: dict[int, dict[OffsetCommitKey, OffsetCommitValue]] = field(default_factory=dict)
     # consumer-group records (KIP-848 key types 3-8 and 16) as (key, value) bytes, in log order
     # (also counted in unknown_records: this loader does not decode them)
     consumer_records: list[tuple[bytes, bytes | None]] = field(default_factory=list)
@@ -149,6 +152,15 @@ class StateBuilder:
             except OffsetsSchemaError as e:
                 self._bad(f"offset of {key}", str(e))
         st.dropped_pending = sum(len(p) for p in self._pending.values())
+        st.pending = {}
+        for pid, staged in self._pending.items():
+            for key, (_off, staged_raw) in staged.items():
+                if staged_raw is None:
+                    continue
+                try:
+                    st.pending.setdefault(pid, {})[key] = decode_offset_commit_value(staged_raw)
+                except OffsetsSchemaError as e:
+                    self._bad(f"pending offset of {key}", str(e))
         return st
 
 

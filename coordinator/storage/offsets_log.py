@@ -51,7 +51,7 @@ from rallypoint.protocol.offsets_schema import (
     Value,
     encode_record,
 )
-from rallypoint.protocol.records import build_batch
+from rallypoint.protocol.records import Record, build_batch, encode_batch, end_txn_marker
 
 from .cleaner import CleanerStopped, CleanResult, clean_partition
 from .errors import OffsetsLogStartError, PersistError
@@ -80,6 +80,29 @@ class _Pending:
     entries: list[tuple[bytes, bytes | None]]
     timestamp: int
     future: asyncio.Future[None]
+    producer: tuple[int, int] | None = None
+    marker: bool | None = None
+
+
+@dataclass(slots=True)
+class _Planned:
+    """One batch of a write round: its base offset, records and time, and for a transaction
+    its (producer id, epoch) and, for a marker, COMMIT (True) or ABORT (False)."""
+
+    base: int
+    entries: list[tuple[bytes, bytes | None]]
+    timestamp: int
+    producer: tuple[int, int] | None = None
+    marker: bool | None = None
+
+    def encode(self) -> bytes:
+        if self.producer is None:
+            return build_batch(self.base, self.entries, self.timestamp)
+        pid, epoch = self.producer
+        if self.marker is not None:
+            return end_txn_marker(self.base, self.timestamp, pid, epoch, self.marker)
+        records = [Record(self.base + i, self.timestamp, k, v) for i, (k, v) in enumerate(self.entries)]
+        return encode_batch(records, base_offset=self.base, producer_id=pid, producer_epoch=epoch, transactional=True)
 
 
 class _Partition:
@@ -142,6 +165,8 @@ class OffsetsLog:
         self.loader = loader
         # consumer-group records (key types 3-8, 16), raw, in log order, per partition
         self.consumer_loader: Callable[[int, list[tuple[bytes, bytes | None]]], None] | None = None
+        # takes the offsets of transactions without a marker yet, per producer id
+        self.pending_loader: Callable[[int, dict[int, dict[OffsetCommitKey, OffsetCommitValue]]], None] | None = None
         self._parts: list[_Partition] = []
         self._io: ThreadPoolExecutor | None = None
         self._cleaner_io: ThreadPoolExecutor | None = None
@@ -226,7 +251,7 @@ class OffsetsLog:
                     count=st.undecodable_records,
                     first=st.first_error,
                 )
-            if st.dropped_pending:
+            if st.dropped_pending and self.pending_loader is None:
                 log.warning(
                     "offsets_log.unfinished_transaction_dropped", partition=rp.partition, count=st.dropped_pending
                 )
@@ -242,6 +267,8 @@ class OffsetsLog:
                 self.loader(rp.partition, rp.state.groups, rp.state.offsets)
             if self.consumer_loader is not None:
                 self.consumer_loader(rp.partition, rp.state.consumer_records)
+            if self.pending_loader is not None and rp.state.pending:
+                self.pending_loader(rp.partition, rp.state.pending)
         if self.flush == "interval":
             self._tasks.append(asyncio.create_task(self._flusher(), name="offsets-flusher"))
         self._cleaner_wake = asyncio.Event()
@@ -363,10 +390,19 @@ class OffsetsLog:
     # ------------------------------------------------------------------ appends
 
     async def append(
-        self, partition: int, records: Sequence[tuple[Key, Value | None] | tuple[bytes, bytes | None]]
+        self,
+        partition: int,
+        records: Sequence[tuple[Key, Value | None] | tuple[bytes, bytes | None]],
+        *,
+        producer: tuple[int, int] | None = None,
+        marker: bool | None = None,
     ) -> None:
         """Append ``records`` as one batch to ``__consumer_offsets-<partition>``; returns once
         written (and fsynced when flush=always).  Raises PersistError on failure.
+
+        ``producer`` (producer id, epoch): a transactional batch (TxnOffsetCommit); with
+        ``marker`` True/False the batch is that producer's COMMIT/ABORT control batch instead
+        (``records`` empty).
 
         Order: batches reach the log in the order ``append`` was *called* per partition (the
         batch is queued before the first ``await``), so callers need not wait for one append
@@ -382,7 +418,7 @@ class OffsetsLog:
                 f"no __consumer_offsets partition {partition} (there are {self.num_partitions})",
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
             )
-        if not records:
+        if not records and marker is None:
             return
         part = self._parts[partition]
         if part.failed is not None:
@@ -394,7 +430,7 @@ class OffsetsLog:
             # Kafka's record serializer throws too (e.g. a string over 32767 bytes): an unknown error
             raise PersistError(f"cannot encode records: {e}", ErrorCode.UNKNOWN_SERVER_ERROR) from e
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        part.queue.append(_Pending(entries, self.clock.now_ms(), fut))
+        part.queue.append(_Pending(entries, self.clock.now_ms(), fut, producer, marker))
         part.wake.set()
         # shield: a cancelled caller must not cancel a write that may already be on disk
         await asyncio.shield(fut)
@@ -423,7 +459,7 @@ class OffsetsLog:
             return False  # append raises the error
         first = part.next_offset
         try:
-            self._write_round(part, [(first, entries, self.clock.now_ms())], False)
+            self._write_round(part, [_Planned(first, entries, self.clock.now_ms())], False)
         except Exception as e:
             log.error("offsets_log.append_failed", partition=part.index, error=repr(e))
             raise PersistError(f"append to __consumer_offsets-{part.index} failed: {e}") from e
@@ -453,11 +489,11 @@ class OffsetsLog:
                 self._fail(taken, PersistError(f"__consumer_offsets-{part.index} failed earlier: {part.failed}"))
                 continue
             first = part.next_offset
-            plan: list[tuple[int, list[tuple[bytes, bytes | None]], int]] = []
+            plan: list[_Planned] = []
             nxt = first
             for p in taken:
-                plan.append((nxt, p.entries, p.timestamp))
-                nxt += len(p.entries)
+                plan.append(_Planned(nxt, p.entries, p.timestamp, p.producer, p.marker))
+                nxt += 1 if p.marker is not None else len(p.entries)
             sync = self.flush == "always"
             try:
                 if sync:
@@ -511,19 +547,17 @@ class OffsetsLog:
         self._open_active(part, base)
         part.unsynced = False
 
-    def _write_round(
-        self, part: _Partition, plan: list[tuple[int, list[tuple[bytes, bytes | None]], int]], sync: bool
-    ) -> None:
+    def _write_round(self, part: _Partition, plan: list[_Planned], sync: bool) -> None:
         """Encode, write and (``sync``) fdatasync one round; runs in an I/O thread."""
-        blob = b"".join(build_batch(base, entries, ts) for base, entries, ts in plan)
+        blob = b"".join(p.encode() for p in plan)
         rolled = False
         with part.lock:
             if part.fd is None:
-                self._open_active(part, plan[0][0])
+                self._open_active(part, plan[0].base)
             active = part.active
             if active.size > 0 and active.size + len(blob) > self.segment_bytes:
                 try:
-                    self._roll(part, plan[0][0])
+                    self._roll(part, plan[0].base)
                 except OSError as e:
                     part.failed = f"segment roll failed: {e}"
                     raise
@@ -543,8 +577,8 @@ class OffsetsLog:
                     part.failed = f"write failed and could not be rolled back: {e2}"
                 raise
             active.size = before + len(blob)
-            last_base, last_entries, _ts = plan[-1]
-            active.next_offset = last_base + len(last_entries)
+            last = plan[-1]
+            active.next_offset = last.base + (1 if last.marker is not None else len(last.entries))
             active.batches += len(plan)
             fd = part.fd
             if not sync:

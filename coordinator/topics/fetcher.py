@@ -88,8 +88,11 @@ def read_all(
             out.append(error_data(index, epoch_error))
             errored = True
             continue
+        lso = plog.last_stable_offset
         try:
-            res = plog.read(spec.fetch_offset, min(spec.partition_max_bytes, limit), min_one)
+            res = plog.read(
+                spec.fetch_offset, min(spec.partition_max_bytes, limit), min_one, lso if read_committed else None
+            )
         except OffsetOutOfRange:
             out.append(error_data(index, ErrorCode.OFFSET_OUT_OF_RANGE))
             errored = True
@@ -104,9 +107,15 @@ def read_all(
                 "partition_index": index,
                 "error_code": ErrorCode.NONE,
                 "high_watermark": res.high_watermark,
-                "last_stable_offset": res.high_watermark,  # no transactions: LSO = HW
+                "last_stable_offset": lso,
                 "log_start_offset": res.log_start_offset,
-                "aborted_transactions": [] if read_committed else None,
+                # read_committed: the aborted transactions the client must skip (null otherwise)
+                "aborted_transactions": [
+                    {"producer_id": pid, "first_offset": first}
+                    for pid, first in plog.aborted_between(spec.fetch_offset, lso)
+                ]
+                if read_committed and plog.aborted_txns
+                else ([] if read_committed else None),
                 "preferred_read_replica": -1,
                 "records": res.records,
             }
@@ -114,7 +123,7 @@ def read_all(
     return out, total, errored
 
 
-def _can_complete(specs: Sequence[tuple[int, ReadSpec]], min_bytes: int) -> bool:
+def _can_complete(specs: Sequence[tuple[int, ReadSpec]], min_bytes: int, read_committed: bool) -> bool:
     """``DelayedFetch.tryComplete``."""
     accumulated = 0
     for _index, spec in specs:
@@ -126,7 +135,8 @@ def _can_complete(specs: Sequence[tuple[int, ReadSpec]], min_bytes: int) -> bool
         off = spec.fetch_offset
         if off > plog.next_offset or off < plog.log_start_offset:
             return True  # truncated under us: answer with the error now
-        accumulated += min(plog.bytes_available(off), spec.partition_max_bytes)
+        upper = plog.last_stable_offset if read_committed else None
+        accumulated += min(plog.bytes_available(off, upper), spec.partition_max_bytes)
         if accumulated >= min_bytes:
             return True
     return False
@@ -154,7 +164,7 @@ async def fetch(
         plog.add_waiter(ev)
     deadline = time.monotonic() + max_wait_ms / 1000
     try:
-        while not _can_complete(specs, min_bytes) and not closing():
+        while not _can_complete(specs, min_bytes, read_committed) and not closing():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break

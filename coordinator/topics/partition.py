@@ -34,6 +34,7 @@ from rallypoint.protocol.records import (
     DEFAULT_MAX_UNCOMPRESSED,
     BatchHeader,
     RecordsError,
+    end_txn_marker,
     iter_record_times,
     parse_header,
     with_base_offset,
@@ -97,6 +98,10 @@ class PartitionLog:
         self.first_dirty = start_offset
         self.latest_delete_horizon = NO_TIMESTAMP
         self.producers = ProducerStates()
+        # transactions: producer id -> first offset of its open transaction here, and the
+        # aborted ones (producer id, first offset, last offset, LSO when it ended), in order
+        self.open_txns: dict[int, int] = {}
+        self.aborted_txns: list[tuple[int, int, int, int]] = []
         self._waiters: set[asyncio.Event] = set()
         self.deleted = False
 
@@ -159,13 +164,59 @@ class PartitionLog:
                 if dup is not None:
                     return AppendResult(dup.first_offset, self.log_start_offset, duplicate=True)
                 entry.check(h)
+                entry.check_transactional(h)
         self._maybe_roll(size, policy, now_ms)
         base = self._append(data, pos, size, h, checked, now_ms if policy.log_append_time else None)
         if h.has_producer_id:  # only once appended: a refused batch leaves no producer entry
-            (entry or self.producers.entry(h.producer_id)).add(h, base)
+            e = entry or self.producers.entry(h.producer_id)
+            had_txn = e.current_txn_first_offset is not None
+            e.add(h, base)
+            if not had_txn and e.current_txn_first_offset is not None:
+                self.open_txns[h.producer_id] = base
         if policy.delete:
             self._retain(policy.retention_bytes)
         return AppendResult(base, self.log_start_offset)
+
+    # ------------------------------------------------------------------ transactions
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The first offset of the oldest open transaction, else the high watermark."""
+        if self.open_txns:
+            return min(self.open_txns.values())
+        return self.next_offset
+
+    def write_marker(self, producer_id: int, producer_epoch: int, commit: bool, now_ms: int) -> int:
+        """Append the COMMIT or ABORT control batch ending the producer's transaction here
+        (WriteTxnMarkers for a data partition); an ABORT of a non-empty transaction goes to the
+        aborted-transaction index.  Returns the marker's offset."""
+        entry = self.producers.entry(producer_id)
+        entry.check_marker(producer_epoch)
+        offset = self.next_offset
+        self._reserve(offset + 1)
+        batch = end_txn_marker(offset, now_ms, producer_id, producer_epoch, commit)
+        first = entry.end_txn(producer_epoch)
+        self.open_txns.pop(producer_id, None)
+        if first is not None and not commit:
+            self.aborted_txns.append((producer_id, first, offset, self.last_stable_offset_after(offset + 1)))
+        self._base.append(offset)
+        self._pos.append(self._end_pos)
+        self._max_ts.append(now_ms)
+        prev = self._max_ts_so_far[-1] if self._max_ts_so_far else NO_TIMESTAMP
+        self._max_ts_so_far.append(max(prev, now_ms))
+        self._max_ts_offset.append(offset)
+        self._batches.append(batch)
+        self._end_pos += len(batch)
+        self.next_offset = offset + 1
+        self.notify()
+        return offset
+
+    def last_stable_offset_after(self, end: int) -> int:
+        return min(self.open_txns.values()) if self.open_txns else end
+
+    def aborted_between(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping [start, end)."""
+        return [(pid, first) for pid, first, last, _lso in self.aborted_txns if last >= start and first < end]
 
     def _maybe_roll(self, size: int, policy: LogPolicy, now_ms: int) -> None:
         """Start a new active segment before this batch when the active one would pass
@@ -187,16 +238,19 @@ class PartitionLog:
         self._active = len(self._batches)
         self._active_since_ms = now_ms
 
-    def _append(
-        self, data: bytes, pos: int, size: int, h: BatchHeader, checked: Checked, log_append_time: int | None = None
-    ) -> int:
-        base = self.next_offset
-        end = base + h.last_offset_delta + 1
+    def _reserve(self, end: int) -> None:
         if self.on_reserve is not None and (self.reserved_end is None or end > self.reserved_end):
             try:
                 self.on_reserve(self, end)
             except OSError as e:  # the end offset cannot be saved: Kafka's answer for a failed log dir
                 raise BatchError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot save the end offset: {e}") from e
+
+    def _append(
+        self, data: bytes, pos: int, size: int, h: BatchHeader, checked: Checked, log_append_time: int | None = None
+    ) -> int:
+        base = self.next_offset
+        end = base + h.last_offset_delta + 1
+        self._reserve(end)
         batch = with_base_offset(data, pos, size, base, LEADER_EPOCH)
         max_ts = checked.max_timestamp
         if log_append_time is not None:
@@ -298,15 +352,22 @@ class PartitionLog:
                 f"but we only have log segments in the range {self.log_start_offset} to {self.next_offset}."
             )
 
-    def bytes_available(self, offset: int) -> int:
-        """Bytes a fetch at ``offset`` could return now (0 at the end or out of range)."""
+    def bytes_available(self, offset: int, upper: int | None = None) -> int:
+        """Bytes a fetch at ``offset`` could return now (0 at the end or out of range), below
+        ``upper`` when given (read_committed)."""
         if offset >= self.next_offset or offset < self.log_start_offset or self._head >= len(self._batches):
             return 0
         i = self._index_for(offset)
-        return self._end_pos - self._pos[i] if i < len(self._batches) else 0
+        n = len(self._batches)
+        if upper is not None:
+            n = min(n, bisect.bisect_left(self._base, upper, lo=self._head))
+        if i >= n:
+            return 0
+        return self._pos_at(n) - self._pos[i]
 
-    def read(self, offset: int, max_bytes: int, min_one: bool) -> ReadResult:
-        """Whole batches from the one containing ``offset``, up to ``max_bytes``.
+    def read(self, offset: int, max_bytes: int, min_one: bool, upper: int | None = None) -> ReadResult:
+        """Whole batches from the one containing ``offset``, up to ``max_bytes``, none starting
+        at or after ``upper`` (read_committed: the last stable offset).
 
         With ``min_one`` the first batch is returned even if larger (KIP-74).  Raises
         OffsetOutOfRange as ``LocalLog.read`` does.
@@ -316,12 +377,14 @@ class PartitionLog:
             return ReadResult(b"", self.next_offset, self.log_start_offset)  # at the end, or in a gap
         i = self._index_for(offset)
         n = len(self._batches)
+        if upper is not None:
+            n = min(n, bisect.bisect_left(self._base, upper, lo=self._head))
         if i >= n:
             return ReadResult(b"", self.next_offset, self.log_start_offset)
         start_pos = self._pos[i]
         j = i
         while j < n:
-            end = self._pos[j + 1] if j + 1 < n else self._end_pos
+            end = self._pos[j + 1] if j + 1 < len(self._batches) else self._end_pos
             if end - start_pos > max_bytes and not (min_one and j == i):
                 break
             j += 1

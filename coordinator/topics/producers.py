@@ -49,6 +49,9 @@ class ProducerEntry:
     producer_id: int
     epoch: int = NO_PRODUCER_EPOCH
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    # first offset of the producer's open transaction in this partition (None: none open)
+    current_txn_first_offset: int | None = None
+    last_timestamp: int = -1
 
     @property
     def last_seq(self) -> int:
@@ -95,6 +98,18 @@ class ProducerEntry:
                 f"{last} (current end sequence number)",
             )
 
+    def check_transactional(self, h: BatchHeader) -> None:
+        """``ProducerAppendInfo.checkProducerEpoch`` and the transaction rule: a plain batch
+        while the producer has a transaction open here is INVALID_TXN_STATE."""
+        if h.is_transactional:
+            return
+        if self.current_txn_first_offset is not None:
+            raise BatchError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"Expected transactional write from producer {self.producer_id} at offset "
+                f"{self.current_txn_first_offset} in partition, but found non-transactional data",
+            )
+
     def add(self, h: BatchHeader, base_offset: int) -> None:
         if h.producer_epoch != self.epoch:
             self.batches.clear()
@@ -102,6 +117,28 @@ class ProducerEntry:
         self.batches.append(
             BatchMetadata(h.last_sequence, base_offset + h.last_offset_delta, h.last_offset_delta, h.max_timestamp)
         )
+        self.last_timestamp = h.max_timestamp
+        if h.is_transactional and self.current_txn_first_offset is None:
+            self.current_txn_first_offset = base_offset  # the batch starts a transaction here
+
+    def check_marker(self, epoch: int) -> None:
+        """``ProducerAppendInfo.appendEndTxnMarker`` (transaction version 1): the marker's epoch
+        must be at least the producer's."""
+        if epoch < self.epoch:
+            raise BatchError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"Epoch of producer {self.producer_id} at offset {self.last_offset} is {epoch}, "
+                f"which is smaller than the last seen epoch {self.epoch}",
+            )
+
+    def end_txn(self, epoch: int) -> int | None:
+        """A marker was written: the epoch moves up to the marker's (batches forgotten, as
+        ``maybeUpdateProducerEpoch``), the open transaction closes; returns its first offset."""
+        if epoch != self.epoch:
+            self.batches.clear()
+            self.epoch = epoch
+        first, self.current_txn_first_offset = self.current_txn_first_offset, None
+        return first
 
 
 class ProducerStates:
