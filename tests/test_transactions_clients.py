@@ -300,3 +300,31 @@ def test_broker_sigkill_during_a_transaction(broker: BrokerProcess) -> None:
     assert new and offsets and new[0] > offsets[0]
     got = _confluent_read(broker.bootstrap, "crash-out", "read_committed", 1)
     assert b"lost" not in got and got[-1:] == [b"two"]
+
+
+def test_kafkajs_read_committed_skips_an_aborted_transaction(
+    broker: BrokerProcess, node_js: Callable[..., Any]
+) -> None:
+    """kafkajs consumers read committed data only by default: an aborted transaction written
+    before two committed records is skipped (its records come first in the log)."""
+    import base64
+    import json
+
+    from confluent_kafka import Producer
+
+    create_topic(broker, "js-tx", 1)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "js-1", "linger.ms": 0})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce("js-tx", value=b"aborted-%d" % i, partition=0)
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for i in range(2):
+        p.produce("js-tx", value=b"committed-%d" % i, partition=0)
+    p.commit_transaction(30)
+    out = node_js("consume.js", broker.bootstrap, "js-tx", "js-reader", "2", "20000", timeout=40)
+    assert out.returncode == 0, out.stderr
+    values = [base64.b64decode(m["value"]) for m in json.loads(out.stdout)["messages"]]
+    assert values == [b"committed-0", b"committed-1"]
