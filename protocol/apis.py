@@ -65,6 +65,7 @@ SERVED_APIS: Final[dict[int, ApiRange]] = {
         ApiRange(25, "AddOffsetsToTxn", 0, 3),
         ApiRange(26, "EndTxn", 0, 4),
         ApiRange(28, "TxnOffsetCommit", 0, 4),
+        ApiRange(61, "DescribeProducers", 0, 0),
         ApiRange(65, "DescribeTransactions", 0, 0),
         ApiRange(66, "ListTransactions", 0, 2),
     )

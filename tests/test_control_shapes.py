@@ -92,6 +92,7 @@ def expected_paths(name: str, version: int) -> list[str]:
         "AddPartitionsToTxn": ["results_by_topic_v3_and_below.results_by_partition"],
         "TxnOffsetCommit": ["topics.partitions"],
         "DescribeTransactions": ["transaction_states"],
+        "DescribeProducers": ["topics.partitions"],
     }
     if name == "Fetch":
         if version < 7:

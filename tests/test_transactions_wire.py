@@ -340,3 +340,21 @@ def test_describe_and_list_transactions(c: WireClient) -> None:
         )
     )
     assert bad["error_code"] == E.INVALID_REGULAR_EXPRESSION
+
+
+def test_describe_producers_shows_the_open_transaction(c: WireClient) -> None:
+    t = unique("tx-prod")
+    create(c, t)
+    r = init(c, "tx-prod")
+    pid, epoch = r["producer_id"], r["producer_epoch"]
+    assert add(c, "tx-prod", pid, epoch, t, [0]) == [0]
+    produce(c, t, batch(1), transactional_id=None)
+    produce(c, t, batch(2, pid=pid, epoch=epoch, seq=0, transactional=True), transactional_id="tx-prod")
+    body = {"topics": [{"name": t, "partition_indexes": [0, 7]}, {"name": "no-such", "partition_indexes": [0]}]}
+    got = d(c.call(61, 0, body))["topics"]
+    (p0, p7) = got[0]["partitions"]
+    (state,) = p0["active_producers"]
+    assert (state["producer_id"], state["producer_epoch"], state["last_sequence"]) == (pid, epoch, 1)
+    assert state["current_txn_start_offset"] == 1
+    assert p7["error_code"] == E.UNKNOWN_TOPIC_OR_PARTITION
+    assert got[1]["partitions"][0]["error_code"] == E.UNKNOWN_TOPIC_OR_PARTITION

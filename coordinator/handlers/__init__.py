@@ -60,6 +60,7 @@ MODULES: dict[int, str] = {
     25: "add_offsets_to_txn",
     26: "end_txn",
     28: "txn_offset_commit",
+    61: "describe_producers",
     65: "describe_transactions",
     66: "list_transactions",
 }

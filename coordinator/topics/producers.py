@@ -156,6 +156,9 @@ class ProducerStates:
             e = self._entries[producer_id] = ProducerEntry(producer_id)
         return e
 
+    def entries(self) -> list[ProducerEntry]:
+        return list(self._entries.values())
+
     def __len__(self) -> int:
         return len(self._entries)
 
