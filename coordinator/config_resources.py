@@ -20,7 +20,7 @@ from rallypoint.protocol.errors import ErrorCode
 
 from . import logger
 from .config import SETTINGS, Config
-from .groups.group_configs import GROUP_CONFIGS, GroupConfigError, GroupConfigStore
+from .groups.group_configs import GROUP_CONFIGS, GROUP_DOCS, GroupConfigError, GroupConfigStore
 from .topics import configs as topic_configs
 from .topics.errors import TopicError
 from .topics.store import TopicStore
@@ -90,6 +90,7 @@ class Entry:
     sensitive: bool
     config_type: int
     synonyms: tuple[tuple[str, str | None, int], ...] = ()
+    documentation: str | None = None
 
 
 class ConfigResources:
@@ -143,7 +144,18 @@ class ConfigResources:
                 src = STATIC_BROKER_CONFIG if broker_key in self.config.explicit else DEFAULT_CONFIG
                 synonyms.append((broker_key, str(broker[broker_key]), src))
             source = DYNAMIC_TOPIC_CONFIG if key in topic.configs else (synonyms[-1][2] if synonyms else DEFAULT_CONFIG)
-            out.append(Entry(key, cfg["value"], source, False, False, _TOPIC_TYPES.get(key, T_STRING), tuple(synonyms)))
+            out.append(
+                Entry(
+                    key,
+                    cfg["value"],
+                    source,
+                    False,
+                    False,
+                    _TOPIC_TYPES.get(key, T_STRING),
+                    tuple(synonyms),
+                    topic_configs.TOPIC_DOCS.get(key),
+                )
+            )
         return out
 
     def _check_broker(self, name: str) -> None:
@@ -160,7 +172,7 @@ class ConfigResources:
             source = STATIC_BROKER_CONFIG if key in self.config.explicit else DEFAULT_CONFIG
             shown = None if sensitive or value is None else _render(value)
             ctype = T_PASSWORD if sensitive else _setting_type(value)
-            out.append(Entry(key, shown, source, True, sensitive, ctype, ((key, shown, source),)))
+            out.append(Entry(key, shown, source, True, sensitive, ctype, ((key, shown, source),), SETTINGS[key].doc))
         return out
 
     def _group_entries(self, group_id: str) -> list[Entry]:
@@ -175,7 +187,9 @@ class ConfigResources:
                 synonyms.append((d.broker_key, self.groups.broker_default(name), src))
             source = GROUP_CONFIG if name in dynamic else (synonyms[-1][2] if synonyms else DEFAULT_CONFIG)
             effective = self.groups.get(group_id, name)
-            out.append(Entry(name, effective, source, False, False, d.config_type, tuple(synonyms)))
+            out.append(
+                Entry(name, effective, source, False, False, d.config_type, tuple(synonyms), GROUP_DOCS.get(name))
+            )
         return out
 
     # ------------------------------------------------------------------ alter

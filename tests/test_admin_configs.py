@@ -126,11 +126,13 @@ def test_raw_describe_v1_to_v4_and_errors_per_resource(broker: BrokerProcess) ->
                         {"resource_type": 2, "resource_name": "missing", "configuration_keys": None},
                     ],
                     "include_synonyms": True,
-                    "include_documentation": False,
+                    "include_documentation": version >= 3,
                 },
             )
         ok, missing = resp.results
         assert int(ok.error_code) == 0 and [x.name for x in ok.configs] == ["retention.ms"]
+        if version >= 3:
+            assert ok.configs[0].documentation.startswith("How long data is kept")
         assert (
             int(missing.error_code) == E.UNKNOWN_TOPIC_OR_PARTITION
             and missing.error_message == "Topic missing does not exist"

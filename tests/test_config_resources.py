@@ -208,3 +208,10 @@ def test_broker_logger_changes_kafka_refuses(
     with pytest.raises(ConfigRequestError) as legacy:
         r.alter(BROKER_LOGGER, "1", {"root": "INFO"}, validate_only=False)
     assert (legacy.value.code, legacy.value.message) == (E.INVALID_REQUEST, "Unknown resource type 8")
+
+
+def test_every_topic_broker_and_group_config_has_documentation(tmp_path: Path) -> None:
+    r = resources(tmp_path)
+    for kind, name in ((TOPIC, "t"), (BROKER, "1"), (GROUP, "g")):
+        missing = [e.name for e in r.describe(kind, name, None) if not e.documentation]
+        assert missing == [], (kind, missing)

@@ -99,6 +99,17 @@ GROUP_CONFIGS: Final[dict[str, GroupConfigDef]] = {
 }
 
 
+GROUP_DOCS: Final[dict[str, str]] = {
+    "consumer.session.timeout.ms": "Session timeout of this consumer group's members (KIP-848).",
+    "consumer.heartbeat.interval.ms": "Heartbeat interval this consumer group's members are told.",
+    "share.session.timeout.ms": "Session timeout of this share group's members.",
+    "share.heartbeat.interval.ms": "Heartbeat interval this share group's members are told.",
+    "share.record.lock.duration.ms": "How long a share-group member holds a record it acquired.",
+    "share.auto.offset.reset": "Where a share group starts reading a partition: earliest, latest or by_duration.",
+    "share.isolation.level": "read_committed or read_uncommitted records for this share group.",
+}
+
+
 class GroupConfigError(ValueError):
     pass
 

@@ -2,8 +2,7 @@
 
 Resources are answered one by one, in request order; an error concerns only its resource
 (``ConfigHelper.describeConfigs``).  Synonyms from v1 when asked for (``include_synonyms``);
-``config_type`` and ``documentation`` from v3 (documentation is null: rallypoint carries no
-documentation strings, see docs/configs.md).
+``config_type`` and, with ``include_documentation``, ``documentation`` from v3.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ API_KEY = 32
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     resources = ctx.broker.config_resources
     synonyms = bool(getattr(request, "include_synonyms", False))
+    docs = bool(getattr(request, "include_documentation", False))
     results = []
     for r in request.resources:
         keys = list(r.configuration_keys) if r.configuration_keys is not None else None
@@ -45,7 +45,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                     "is_sensitive": e.sensitive,
                     "synonyms": [{"name": n, "value": v, "source": s} for n, v, s in e.synonyms] if synonyms else [],
                     "config_type": e.config_type,
-                    "documentation": None,
+                    "documentation": e.documentation if docs else None,
                 }
                 for e in entries
             ]

@@ -192,3 +192,42 @@ def effective(configs: Mapping[str, str], broker_values: Mapping[str, Any]) -> l
             {"name": name, "value": value, "read_only": False, "config_source": source, "is_sensitive": False}
         )
     return result
+
+
+# What each topic config means, as DescribeConfigs (v3+) answers with ``include_documentation``;
+# "(no effect here)" marks the ones a one-process in-memory broker accepts and stores only.
+TOPIC_DOCS: dict[str, str] = {
+    "cleanup.policy": "How old data goes: 'delete' (by age and size), 'compact' (latest value per key), or both.",
+    "compression.type": "Compression of stored batches; 'producer' keeps the producer's codec. (No effect here.)",
+    "compression.gzip.level": "gzip level when compression.type is gzip. (No effect here.)",
+    "compression.lz4.level": "lz4 level when compression.type is lz4. (No effect here.)",
+    "compression.zstd.level": "zstd level when compression.type is zstd. (No effect here.)",
+    "delete.retention.ms": "How long a tombstone stays in a compacted topic after the cleaner first keeps it.",
+    "file.delete.delay.ms": "Delay before a deleted segment file is removed. (No effect here.)",
+    "flush.messages": "Messages between forced fsyncs of the log. (No effect here.)",
+    "flush.ms": "Time between forced fsyncs of the log. (No effect here.)",
+    "follower.replication.throttled.replicas": "Replicas throttled as followers. (No effect here.)",
+    "index.interval.bytes": "Bytes between offset-index entries. (No effect here.)",
+    "leader.replication.throttled.replicas": "Replicas throttled as leaders. (No effect here.)",
+    "local.retention.bytes": "Bytes kept locally with tiered storage. (No effect here.)",
+    "local.retention.ms": "Time data is kept locally with tiered storage. (No effect here.)",
+    "max.compaction.lag.ms": "Longest time a record may stay uncompacted; also caps segment.ms of compacted topics.",
+    "max.message.bytes": "Largest record batch a producer may append (MESSAGE_TOO_LARGE above it).",
+    "message.timestamp.after.max.ms": "How far ahead of the broker's clock a record timestamp may be.",
+    "message.timestamp.before.max.ms": "How far behind the broker's clock a record timestamp may be.",
+    "message.timestamp.type": "CreateTime keeps producers' timestamps; LogAppendTime stamps batches with the broker's.",
+    "min.cleanable.dirty.ratio": "Share of uncleaned bytes at which the cleaner compacts a partition.",
+    "min.compaction.lag.ms": "Shortest time a record stays uncompacted.",
+    "min.insync.replicas": "Replicas that must acknowledge acks=all writes. (One replica here.)",
+    "preallocate": "Preallocate segment files. (No effect here.)",
+    "remote.log.copy.disable": "Stop copying segments to tiered storage. (No effect here.)",
+    "remote.log.delete.on.disable": "Delete tiered data when tiered storage is disabled. (No effect here.)",
+    "remote.storage.enable": "Tiered storage for the topic. (No effect here.)",
+    "retention.bytes": "Most bytes a partition keeps before its oldest batches go (-1: no limit).",
+    "retention.ms": "How long data is kept before it is deleted (-1: forever).",
+    "segment.bytes": "Size at which the active segment is rolled.",
+    "segment.index.bytes": "Size of a segment's offset index. (No effect here.)",
+    "segment.jitter.ms": "Random jitter subtracted from segment.ms. (No effect here.)",
+    "segment.ms": "Age at which the active segment is rolled.",
+    "unclean.leader.election.enable": "Allow out-of-sync replicas to become leader. (No effect here.)",
+}
