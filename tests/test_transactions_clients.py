@@ -328,3 +328,74 @@ def test_kafkajs_read_committed_skips_an_aborted_transaction(
     assert out.returncode == 0, out.stderr
     values = [base64.b64decode(m["value"]) for m in json.loads(out.stdout)["messages"]]
     assert values == [b"committed-0", b"committed-1"]
+
+
+def test_consume_transform_produce_is_exactly_once_across_a_sigkill(broker: BrokerProcess) -> None:
+    """10,000 input records, a confluent-kafka consume-transform-produce client SIGKILLed inside
+    an open transaction, then restarted with the same transactional id: the output read with
+    read_committed holds every input exactly once and the committed offsets are the input's end."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from tests.support.paths import ROOT
+
+    create_topic(broker, "eos-in", 2)
+    create_topic(broker, "eos-out", 2)
+    src = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(10_000):
+        src.produce("eos-in", key=b"%d" % i, value=b"%d" % i, partition=i % 2)
+    assert src.flush(60) == 0
+    script = str(ROOT / "tests" / "support" / "eos_worker.py")
+    args = [sys.executable, script, broker.bootstrap, "eos-in", "eos-out", "eos-g", "eos-worker"]
+
+    def worker(*extra: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([*args, *extra], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    first = worker("3")
+    try:
+        assert first.stdout is not None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = first.stdout.readline()
+            if line.strip() == "paused" or not line:
+                break
+        assert line.strip() == "paused", "the first worker never paused inside a transaction"
+    finally:
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(10)
+    second = worker()
+    try:
+        probe = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "eos-g"})
+        try:
+            tps = [TopicPartition("eos-in", p) for p in (0, 1)]
+            deadline = time.monotonic() + 120
+            done = False
+            while time.monotonic() < deadline and not done:
+                done = [tp.offset for tp in probe.committed(tps, timeout=10)] == [5000, 5000]
+                if not done:
+                    time.sleep(0.5)
+            assert done, probe.committed(tps, timeout=10)
+        finally:
+            probe.close()
+    finally:
+        second.kill()
+        second.wait(10)
+    out: list[bytes] = []
+    reader = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "eos-check", "isolation.level": "read_committed"}
+    )
+    try:
+        reader.assign([TopicPartition("eos-out", p, 0) for p in (0, 1)])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(out) < 10_000:
+            for m in reader.consume(1000, timeout=0.5):
+                if m.error() is None:
+                    out.append(m.value())
+        out.extend(m.value() for m in reader.consume(1000, timeout=1.0) if m.error() is None)
+    finally:
+        reader.close()
+    assert len(out) == 10_000 and set(out) == {b"T:%d" % i for i in range(10_000)}
