@@ -63,6 +63,7 @@ def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
         data_dir=data_dir(cfg),
         abort_interval_ms=cfg["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
         remove_interval_ms=cfg["transaction.remove.expired.transaction.cleanup.interval.ms"],
+        fsync=cfg["rallypoint.offsets.flush"] == "always",
     )
     transactions.offsets_marker = groups.complete_transaction
     broker = Broker(

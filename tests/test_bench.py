@@ -82,3 +82,13 @@ def test_hot_paths_generator_counts_answers_of_every_row() -> None:
     with rallypoint({"rallypoint.offsets.flush": "never"}) as ep:
         rates = {row.name: asyncio.run(measure(ep, row, 2, 2, 0.3)) for row in ROWS}
     assert all(rate > 50 for rate in rates.values()), rates
+
+
+@pytest.mark.clients
+def test_transactions_bench_measures_committed_transactions() -> None:
+    """bench.transactions' loop against rallypoint: it commits real transactions."""
+    from bench.common import rallypoint
+    from bench.transactions import transactions_per_s
+
+    with rallypoint({"rallypoint.offsets.flush": "never"}) as ep:
+        assert transactions_per_s(ep, 10, 0.3) > 1
