@@ -61,7 +61,7 @@ SERVED_APIS: Final[dict[int, ApiRange]] = {
         ApiRange(75, "DescribeTopicPartitions", 0, 0),
         ApiRange(35, "DescribeLogDirs", 1, 4),
         ApiRange(43, "ElectLeaders", 0, 2),
-        ApiRange(24, "AddPartitionsToTxn", 0, 3),
+        ApiRange(24, "AddPartitionsToTxn", 0, 5),
         ApiRange(25, "AddOffsetsToTxn", 0, 3),
         ApiRange(26, "EndTxn", 0, 4),
         ApiRange(28, "TxnOffsetCommit", 0, 4),

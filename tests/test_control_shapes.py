@@ -106,6 +106,8 @@ def expected_paths(name: str, version: int) -> list[str]:
         return top if version < 4 else ["coordinators"]
     if name == "DescribeLogDirs":  # getErrorResponse sets only the top-level code (v3+)
         return top if version >= 3 else []
+    if name == "AddPartitionsToTxn" and version >= 4:  # the batch form: the top-level code only
+        return top
     if name == "ElectLeaders":  # every named partition, and the top level from v1
         per_partition = ["replica_election_results.partition_result"]
         return ["", *per_partition] if version >= 1 else per_partition

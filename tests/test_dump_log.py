@@ -112,13 +112,13 @@ def test_dump_unknown_keys_torn_tail_and_bad_paths(tmp_path: Path) -> None:
     pdir = partition_dir(tmp_path, 0)
     pdir.mkdir()
     seg = pdir / "00000000000000000000.log"
-    unknown_key = struct.pack(">h", 5) + b"\x00\x01x"
+    unknown_key = struct.pack(">h", 11) + b"\x00\x01x"  # a share-group record type: not decoded
     good = encode_record(OffsetCommitKey("g", "t", 0), OffsetCommitValue(1, "", 0))
     raw = build_batch(0, [(unknown_key, b"\x00\x00"), good], T0) + build_batch(2, [good], T0)
     seg.write_bytes(raw[:-5])  # torn tail
     r = dump(str(seg))
     assert r.returncode == 1
-    assert "key: Unknown record type 5 at offset 0, skipping." in r.stdout
+    assert "key: Unknown record type 11 at offset 0, skipping." in r.stdout
     assert "invalid bytes at the end of 00000000000000000000.log" in r.stdout
     assert "invalid bytes" in r.stderr and str(seg) in r.stderr
     assert dump(str(tmp_path / "nope")).returncode == 2
@@ -171,3 +171,37 @@ def test_the_documented_reader_snippet_works(data: Path) -> None:
     assert isinstance(latest, dict)
     assert latest[OffsetCommitKey("g", "orders", 0)] == (13, None)  # the tombstone is last
     assert latest[OffsetCommitKey("g", "orders", 2)][1] == OffsetCommitValue(11, "meta", T0 + 11, 2)
+
+
+def test_dump_decodes_consumer_group_records(tmp_path: Path) -> None:
+    """KIP-848 records (types 3-8, 16) come out decoded, with Kafka's field names."""
+    import uuid
+
+    from rallypoint.protocol import consumer_group_records as cgr
+
+    pdir = partition_dir(tmp_path, 0)
+    pdir.mkdir()
+    tid = uuid.UUID(int=7)
+    entries = [
+        cgr.encode_record(cgr.GroupMetadataKey("cg"), cgr.GroupMetadataValue(3, 0)),
+        cgr.encode_record(
+            cgr.CurrentMemberAssignmentKey("cg", "m-1"),
+            cgr.CurrentMemberAssignmentValue(3, 2, 0, (cgr.EpochTopicPartitions(tid, (0, 1), (3, 3)),), ()),
+        ),
+        cgr.encode_record(cgr.MemberMetadataKey("cg", "m-2"), None),
+    ]
+    (pdir / "00000000000000000000.log").write_bytes(build_batch(0, entries, T0))
+    r = dump("--json", str(pdir))
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    kinds = [(d["type"], d["key"]) for d in lines]
+    assert kinds == [
+        ("consumer_group_metadata", {"groupId": "cg"}),
+        ("consumer_group_current_member_assignment", {"groupId": "cg", "memberId": "m-1"}),
+        ("consumer_group_member_metadata", {"groupId": "cg", "memberId": "m-2"}),
+    ]
+    assigned = lines[1]["value"]
+    assert assigned["memberEpoch"] == 3 and assigned["assignedPartitions"][0]["topicId"] == str(tid)
+    assert lines[2]["value"] is None
+    text = dump(str(pdir)).stdout
+    assert 'key: {"type":"8","data":{"groupId":"cg","memberId":"m-1"}}' in text

@@ -358,3 +358,41 @@ def test_describe_producers_shows_the_open_transaction(c: WireClient) -> None:
     assert state["current_txn_start_offset"] == 1
     assert p7["error_code"] == E.UNKNOWN_TOPIC_OR_PARTITION
     assert got[1]["partitions"][0]["error_code"] == E.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_add_partitions_v4_batch_and_verify_only(c: WireClient) -> None:
+    t = unique("tx-batch")
+    create(c, t)
+    a = init(c, "tx-batch-a")
+    b = init(c, "tx-batch-b")
+
+    def batch_call(*txns: tuple[str, dict[str, Any], bool, list[tuple[str, int]]]) -> list[list[int]]:
+        body = {
+            "transactions": [
+                {
+                    "transactional_id": txn_id,
+                    "producer_id": r["producer_id"],
+                    "producer_epoch": r["producer_epoch"],
+                    "verify_only": verify,
+                    "topics": [{"name": name, "partitions": [p]} for name, p in parts],
+                }
+                for txn_id, r, verify, parts in txns
+            ]
+        }
+        resp = d(c.call(24, 4, body))
+        assert resp["error_code"] == 0
+        return [
+            [p["partition_error_code"] for tr in res["topic_results"] for p in tr["results_by_partition"]]
+            for res in resp["results_by_transaction"]
+        ]
+
+    assert batch_call(("tx-batch-a", a, False, [(t, 0)]), ("tx-batch-b", b, True, [(t, 0)])) == [
+        [0],
+        [E.TRANSACTION_ABORTABLE],  # b never added it: verify-only changes nothing
+    ]
+    assert batch_call(("tx-batch-a", a, True, [(t, 0)])) == [[0]]
+    (state,) = describe(c, "tx-batch-b")
+    assert state["transaction_state"] == "Empty"
+    assert batch_call(("tx-batch-a", a, False, [(t, 0), ("missing", 0)])) == [
+        [E.OPERATION_NOT_ATTEMPTED, E.UNKNOWN_TOPIC_OR_PARTITION]
+    ]

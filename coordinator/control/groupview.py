@@ -19,7 +19,6 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from rallypoint.protocol import codec
 from rallypoint.protocol.consumer_protocol import ConsumerProtocolError, decode_assignment
 from rallypoint.protocol.errors import ErrorCode
 
@@ -75,7 +74,6 @@ class GroupTracker:
         self._transitions: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
         self._generation: dict[str, int] = {}
         self._leader: dict[str, str | None] = {}
-        self._timeouts: dict[tuple[str, str], tuple[int, int]] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
 
     def now_ms(self) -> int:
@@ -111,8 +109,6 @@ class GroupTracker:
         ring.append(entry)
         self._generation[gid] = e.generation
         self._leader[gid] = e.leader
-        if e.to_state == "Dead":
-            self._forget_members(gid)
         self.events.publish(
             "group",
             {
@@ -143,15 +139,10 @@ class GroupTracker:
                 old, new = f.get("old"), f.get("new")
                 self._publish_member(gid, str(old), "fenced", now, f)
                 if isinstance(old, str) and isinstance(new, str):
-                    t = self._timeouts.pop((gid, old), None)
-                    if t is not None:
-                        self._timeouts[(gid, new)] = t
                     self._publish_member(gid, new, "joined", now, f)
             else:
                 member = f.get("member")
                 if isinstance(member, str):
-                    if kind != "joined":
-                        self._timeouts.pop((gid, member), None)
                     self._publish_member(gid, member, kind, now, f)
         self._wake(gid)
 
@@ -164,7 +155,8 @@ class GroupTracker:
         self.events.publish("member", data)
 
     def on_join_answer(self, request: Any, response: Any) -> None:
-        """A JoinGroup answered: remember the member's timeouts, the generation and leader."""
+        """A JoinGroup answered: remember the generation and leader (a member's timeouts are
+        read from the coordinator's own member when the group is viewed)."""
         get = response.get if isinstance(response, dict) else lambda k, d=None: getattr(response, k, d)
         if int(get("error_code", 0) or 0) != 0:
             return
@@ -172,9 +164,6 @@ class GroupTracker:
         gid = getattr(request, "group_id", None)
         if not member or not isinstance(gid, str):
             return
-        session = codec.ms(request.session_timeout)
-        rebalance = getattr(request, "rebalance_timeout", None)
-        self._timeouts[(gid, str(member))] = (session, codec.ms(rebalance) if rebalance is not None else session)
         generation = get("generation_id", None)
         if isinstance(generation, int) and generation >= 0:
             self._generation[gid] = generation
@@ -182,14 +171,9 @@ class GroupTracker:
         if isinstance(leader, str) and leader:
             self._leader[gid] = leader
 
-    def _forget_members(self, gid: str) -> None:
-        for key in [k for k in self._timeouts if k[0] == gid]:
-            del self._timeouts[key]
-
     def _forget(self, gid: str) -> None:
         self._generation.pop(gid, None)
         self._leader.pop(gid, None)
-        self._forget_members(gid)
 
     # ------------------------------------------------------------------ waiting
 
@@ -258,16 +242,17 @@ class GroupTracker:
             group_type = dict(await self.list_ids()).get(gid, "classic")
         fetched = await runtime.fetch_offsets(OffsetFetchRequest((OffsetFetchGroupRequest(gid, None),)))
         members = []
+        group = runtime.machine.groups.get(gid)
         for m in described.members:
-            timeouts = self._timeouts.get((gid, m.member_id))
+            member = group.members.get(m.member_id) if group is not None else None
             members.append(
                 {
                     "member_id": m.member_id,
                     "instance_id": m.group_instance_id,
                     "client_id": m.client_id,
                     "client_host": m.client_host,
-                    "session_timeout_ms": timeouts[0] if timeouts else None,
-                    "rebalance_timeout_ms": timeouts[1] if timeouts else None,
+                    "session_timeout_ms": member.session_timeout_ms if member is not None else None,
+                    "rebalance_timeout_ms": member.rebalance_timeout_ms if member is not None else None,
                     "assignment": _assignment(described.protocol_type, m.assignment),
                 }
             )

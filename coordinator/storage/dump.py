@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import json
 import mmap
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from rallypoint.protocol import consumer_group_records as cgr
+from rallypoint.protocol.consumer_group_records import is_consumer_record_type
 from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -111,6 +115,8 @@ def describe_record(rec: Record, with_bytes: bool = False) -> dict[str, Any]:
         key = decode_key(rec.key)
         out["keyVersion"] = record_version(rec.key)
         if isinstance(key, UnknownKey):
+            if is_consumer_record_type(key.version):
+                return _consumer_record(rec, out)
             out["type"] = "unknown"
             return out
         out["type"] = "offset_commit" if isinstance(key, OffsetCommitKey) else "group_metadata"
@@ -126,6 +132,62 @@ def describe_record(rec: Record, with_bytes: bool = False) -> dict[str, Any]:
     except OffsetsSchemaError as e:
         out["type"] = "error"
         out["error"] = str(e)
+    return out
+
+
+# KIP-848 record types 3-8 and 16 (``protocol/consumer_group_records.py``), named as Kafka's
+# coordinator record types are.
+_CONSUMER_TYPES = {
+    3: "consumer_group_metadata",
+    4: "consumer_group_partition_metadata",
+    5: "consumer_group_member_metadata",
+    6: "consumer_group_target_assignment_metadata",
+    7: "consumer_group_target_assignment_member",
+    8: "consumer_group_current_member_assignment",
+    16: "consumer_group_regular_expression",
+}
+
+
+def _camel(name: str) -> str:
+    """The field names of Kafka's JSON record schemas (``memberEpoch``, ``groupId`` ...)."""
+    head, *rest = name.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+def _json_of(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            _camel(f.name): _json_of(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.name != "record_type"
+        }
+    if isinstance(value, tuple | list):
+        return [_json_of(v) for v in value]
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    return value
+
+
+def _consumer_record(rec: Record, out: dict[str, Any]) -> dict[str, Any]:
+    """A KIP-848 consumer-group record, decoded (docs/consumer-groups.md, "Records")."""
+    assert rec.key is not None
+    try:
+        key = cgr.decode_key(rec.key)
+        value = cgr.decode_value(key, rec.value)
+    except (cgr.ConsumerRecordError, ValueError) as e:
+        out["type"] = "error"
+        out["error"] = str(e)
+        return out
+    out["type"] = _CONSUMER_TYPES.get(key.record_type, f"consumer_group_{key.record_type}")
+    out["key"] = _json_of(key)
+    if value is None:
+        out["value"] = None
+    else:
+        assert rec.value is not None
+        out["valueVersion"] = record_version(rec.value)
+        out["value"] = _json_of(value)
     return out
 
 
