@@ -71,6 +71,7 @@ def test_no_import_path_hacks_in_tests_or_bench() -> None:
 
 
 @pytest.mark.wire
+@pytest.mark.slow  # runs every row against a broker: make test only
 def test_hot_paths_generator_counts_answers_of_every_row() -> None:
     """bench.hot_paths' generator against rallypoint: every row's sample answer carries the
     expected error code and the load is answered (a short run of each row)."""

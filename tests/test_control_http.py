@@ -296,6 +296,7 @@ def test_fault_wait_returns_when_the_hits_arrive(ctl_broker: BrokerProcess) -> N
 # ------------------------------------------------------------------------------ events
 
 
+@pytest.mark.slow  # ~8 s of waiting on the stream: make test only
 def test_events_stream_fault_hits_and_replay_with_last_event_id(ctl_broker: BrokerProcess) -> None:
     c = Control.of(ctl_broker)
     live = c.events()

@@ -4,7 +4,7 @@ ListOffsets, TxnOffsetCommit with RequireStable, DescribeTransactions and ListTr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,14 +18,17 @@ from tests.test_data_plane_wire import batch, create, produce, records_of, uniqu
 pytestmark = pytest.mark.wire
 
 
-@pytest.fixture
-def b(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
-    return broker_factory(
-        config={
-            "transaction.max.timeout.ms": "60000",
-            "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100",
-        }
-    )
+@pytest.fixture(scope="module")
+def b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module: every test uses its own transactional ids, topics and groups."""
+    config = {
+        "group.initial.rebalance.delay.ms": "0",
+        "transaction.max.timeout.ms": "60000",
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "100",
+    }
+    broker = BrokerProcess(data_dir=tmp_path_factory.mktemp("txn"), config=config).start()
+    yield broker
+    broker.kill()
 
 
 @pytest.fixture
