@@ -57,6 +57,7 @@ def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
             max_timeout_ms=cfg["transaction.max.timeout.ms"],
             id_expiration_ms=cfg["transactional.id.expiration.ms"],
             num_partitions=cfg["transaction.state.log.num.partitions"],
+            max_ids=cfg["rallypoint.max.transactional.ids"],
         ),
         clock,
         topics,

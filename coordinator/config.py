@@ -278,6 +278,12 @@ SETTINGS: Final[dict[str, Setting]] = {
         ),
         Setting("transaction.max.timeout.ms", _int_range(1, INT32_MAX), 900000, "longest transaction timeout"),
         Setting(
+            "rallypoint.max.transactional.ids",
+            _int_range(1, 1_000_000),
+            10000,
+            "transactional ids the coordinator keeps at most",
+        ),
+        Setting(
             "transactional.id.expiration.ms",
             _int_range(1, INT32_MAX),
             604800000,

@@ -214,3 +214,30 @@ def test_the_store_applies_the_topics_policy_on_its_clock(tmp_path: Path) -> Non
     assert not store.clean_partition(p, store.policy(c))  # nothing dirty any more
     store.set_configs("compacted", {"cleanup.policy": "compact,delete", "retention.ms": "5"})
     assert store.policy(c).delete and store.policy(c).retention_ms == 5
+
+
+def test_a_pass_whose_batches_changed_meanwhile_is_dropped() -> None:
+    """The pass runs apart from the log (a worker thread): if DeleteRecords (or retention) moved
+    the log start meanwhile, its result is not installed; appends after its batches are fine."""
+    plog = PartitionLog("t", 0)
+    for i in range(3):
+        put(plog, keyed([(b"k", b"%d" % i)]), T0 + i * 2000)  # each batch its own segment
+    job = plog.clean_job(T0 + 4000, COMPACT)
+    result = job.run()
+    put(plog, keyed([(b"k", b"new")]), T0 + 4001)  # an append meanwhile: still applies
+    assert plog.apply_clean(job, result)
+    assert [v for _o, _k, v in consume(plog)] == [b"1", b"2", b"new"]
+    put(plog, keyed([(b"k", b"x")]), T0 + 9000)
+    job = plog.clean_job(T0 + 9000, COMPACT)
+    result = job.run()
+    plog.delete_records_before(2)
+    assert not plog.apply_clean(job, result)  # the log start moved: dropped
+    assert plog.log_start_offset == 2 and [v for _o, _k, v in consume(plog)] == [b"2", b"new", b"x"]
+
+
+def test_compact_only_topics_keep_the_brokers_memory_bound() -> None:
+    plog = PartitionLog("t", 0)
+    bounded = LogPolicy(delete=False, compact=True, retention_bytes=1, memory_bytes=300)
+    for i in range(10):
+        put(plog, keyed([(b"k%d" % i, b"v" * 20)]), T0, bounded)
+    assert 0 < plog.size_bytes <= 300 + 100 and plog.log_start_offset > 0  # not its own retention.bytes

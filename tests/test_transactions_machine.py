@@ -240,3 +240,11 @@ def test_verify_is_the_leaders_transaction_check() -> None:
     assert d.m.verify("t", pid, 1, ("a", 0)) == E.PRODUCER_FENCED
     assert d.m.verify("t", pid + 1, 0, ("a", 0)) == E.INVALID_PRODUCER_ID_MAPPING
     assert d.m.verify("x", pid, 0, ("a", 0)) == E.INVALID_PRODUCER_ID_MAPPING
+
+
+def test_new_ids_past_the_cap_are_refused_and_known_ones_keep_working() -> None:
+    d = Driver(max_ids=2)
+    assert d.init("a").error == E.NONE and d.init("b").error == E.NONE
+    assert d.init("c").error == E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert "c" not in d.m.txns
+    assert d.init("a").producer_epoch == 1  # a known id is not new

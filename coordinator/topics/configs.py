@@ -130,6 +130,9 @@ class LogPolicy:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 2**63 - 1
     log_append_time: bool = False
+    # the broker's memory bound per partition (log.retention.bytes), kept by compact-only topics
+    # too, where Kafka would keep everything on disk (docs/configs.md, "Retention and compaction")
+    memory_bytes: int = -1
 
 
 def policy(configs: Mapping[str, str], broker_values: Mapping[str, Any]) -> LogPolicy:
@@ -158,6 +161,7 @@ def policy(configs: Mapping[str, str], broker_values: Mapping[str, Any]) -> LogP
         min_compaction_lag_ms=int(get("min.compaction.lag.ms")),
         max_compaction_lag_ms=max_lag,
         log_append_time=get("message.timestamp.type") == "LogAppendTime",
+        memory_bytes=int(broker_values["log.retention.bytes"]),
     )
 
 

@@ -71,6 +71,31 @@ class OffsetOutOfRange(Exception):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class CleanJob:
+    """One compaction pass's input (:meth:`PartitionLog.clean_job`)."""
+
+    head_base: int  # base offset of the first batch handed in (-1: none)
+    end_base: int  # base offset of the first batch not handed in (the log end if none)
+    batches: list[bytes]
+    max_ts_offsets: list[int]
+    now_ms: int
+    delete_retention_ms: int
+    keep_empty: frozenset[int]
+    max_uncompressed: int
+
+    def run(self) -> compaction.Cleaned:
+        """The pass (pure: safe in another thread)."""
+        return compaction.clean(
+            self.batches,
+            self.max_ts_offsets,
+            now_ms=self.now_ms,
+            delete_retention_ms=self.delete_retention_ms,
+            keep_empty=self.keep_empty,
+            max_uncompressed=self.max_uncompressed,
+        )
+
+
 class PartitionLog:
     def __init__(self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None) -> None:
         self.topic = topic
@@ -173,8 +198,7 @@ class PartitionLog:
             e.add(h, base)
             if not had_txn and e.current_txn_first_offset is not None:
                 self.open_txns[h.producer_id] = base
-        if policy.delete:
-            self._retain(policy.retention_bytes)
+        self._retain(policy.retention_bytes if policy.delete else policy.memory_bytes)
         return AppendResult(base, self.log_start_offset)
 
     # ------------------------------------------------------------------ transactions
@@ -433,45 +457,68 @@ class PartitionLog:
                     return True
         return self.latest_delete_horizon != NO_TIMESTAMP and self.latest_delete_horizon <= now_ms
 
-    def clean(
-        self, now_ms: int, policy: LogPolicy, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
-    ) -> compaction.Cleaned:
-        """One cleaning pass over the batches before :meth:`cleanable_end` (:mod:`.compaction`);
-        the log's lists are rebuilt around the result and the dirty section starts after it."""
+    def clean_job(self, now_ms: int, policy: LogPolicy, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED) -> CleanJob:
+        """What one cleaning pass works on: the batches before :meth:`cleanable_end` (the list
+        of them, not copies).  The pass itself (:func:`compaction.clean`) may run in another
+        thread; :meth:`apply_clean` installs its result."""
         end = self.cleanable_end(now_ms, policy)
-        cleaned_to = self._base[end] if end < len(self._base) else self.next_offset
-        result = compaction.clean(
-            self._batches[self._head : end],
-            self._max_ts_offset[self._head : end],
+        return CleanJob(
+            head_base=self._base[self._head] if self._head < end else -1,
+            end_base=self._base[end] if end < len(self._base) else self.next_offset,
+            batches=self._batches[self._head : end],
+            max_ts_offsets=self._max_ts_offset[self._head : end],
             now_ms=now_ms,
             delete_retention_ms=policy.delete_retention_ms,
             keep_empty=self.producers.last_offsets(),
             max_uncompressed=max_uncompressed,
         )
-        kept = list(zip(result.batches, result.max_ts_offsets, strict=True))
-        tail = list(zip(self._batches[end:], self._max_ts_offset[end:], strict=True))
-        self._rebuild(kept + tail, active=len(kept) + max(0, self._active - end))
-        self.first_dirty = max(self.first_dirty, cleaned_to)
+
+    def apply_clean(self, job: CleanJob, result: compaction.Cleaned) -> bool:
+        """Install a pass's result unless the batches it read changed meanwhile (retention or
+        DeleteRecords moved the log start): then False, and the next pass starts again.  Appends
+        only add batches after them, so those stay."""
+        head, n = self._head, len(job.batches)
+        end = head + n
+        if n and (
+            head >= len(self._base) or self._base[head] != job.head_base or self._batches[head] is not job.batches[0]
+        ):
+            return False
+        if end > len(self._batches) or (end < len(self._base) and self._base[end] != job.end_base):
+            return False
+        kept_pos: list[int] = []
+        kept_base: list[int] = []
+        kept_ts: list[int] = []
+        pos = 0
+        for batch in result.batches:
+            h = parse_header(batch)
+            kept_pos.append(pos)
+            kept_base.append(h.base_offset)
+            kept_ts.append(h.max_timestamp)
+            pos += len(batch)
+        shift = pos - self._pos_at(end)
+        self._pos = kept_pos + [p + shift for p in self._pos[end:]]
+        self._base = kept_base + self._base[end:]
+        self._max_ts = kept_ts + self._max_ts[end:]
+        self._max_ts_offset = list(result.max_ts_offsets) + self._max_ts_offset[end:]
+        self._batches = list(result.batches) + self._batches[end:]
+        self._end_pos += shift
+        self._max_ts_so_far = list(itertools.accumulate(self._max_ts, max))
+        self._active = len(result.batches) + max(0, self._active - end)
+        self._head = 0
+        self.first_dirty = max(self.first_dirty, job.end_base)
         self.latest_delete_horizon = result.latest_delete_horizon
         self.notify()
-        return result
+        return True
 
-    def _rebuild(self, batches: list[tuple[bytes, int]], active: int) -> None:
-        """Reset the parallel lists from (batch, offset of its max timestamp) pairs."""
-        self._base, self._pos, self._max_ts, self._max_ts_offset, self._batches = [], [], [], [], []
-        pos = 0
-        for b, max_off in batches:
-            h = parse_header(b)
-            self._base.append(h.base_offset)
-            self._pos.append(pos)
-            self._max_ts.append(h.max_timestamp)
-            self._max_ts_offset.append(max_off)
-            self._batches.append(b)
-            pos += len(b)
-        self._end_pos = pos
-        self._max_ts_so_far = list(itertools.accumulate(self._max_ts, max))
-        self._head = 0
-        self._active = active
+    def clean(
+        self, now_ms: int, policy: LogPolicy, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
+    ) -> compaction.Cleaned:
+        """One cleaning pass here and now (:meth:`clean_job`, :func:`compaction.clean`,
+        :meth:`apply_clean`)."""
+        job = self.clean_job(now_ms, policy, max_uncompressed)
+        result = job.run()
+        assert self.apply_clean(job, result)
+        return result
 
     # ------------------------------------------------------------------ timestamps
 

@@ -42,6 +42,7 @@ from ..clock import Clock, SystemClock
 from ..config import default
 from ..logger import get as get_logger
 from ..slicing import Slicer
+from . import compaction
 from . import configs as topic_configs
 from .errors import TopicError
 from .fetch_sessions import FetchSessionCache
@@ -448,7 +449,7 @@ class TopicStore:
                     continue
                 try:
                     if clean:
-                        self.clean_partition(plog, p)
+                        await self.clean_partition_async(plog, p)
                     else:
                         self.expire_partition(plog, p)
                 except Exception:  # one bad partition must not stop the cleaner for the others
@@ -469,11 +470,28 @@ class TopicStore:
         return gone
 
     def clean_partition(self, plog: PartitionLog, p: topic_configs.LogPolicy, *, force: bool = False) -> bool:
-        """Clean one compacted partition if it needs it (or ``force``); True if a pass ran."""
+        """Clean one compacted partition now if it needs it (or ``force``); True if a pass ran."""
         now = self.clock.now_ms()
         if not force and not plog.needs_cleaning(now, p):
             return False
-        r = plog.clean(now, p, self.max_uncompressed)
+        self._log_cleaned(plog, plog.clean(now, p, self.max_uncompressed))
+        return True
+
+    async def clean_partition_async(self, plog: PartitionLog, p: topic_configs.LogPolicy) -> bool:
+        """:meth:`clean_partition` with the pass itself in a worker thread, so the event loop
+        keeps serving while a large partition is compacted (its work grows with the partition's
+        bytes, which ``log.retention.bytes`` bounds)."""
+        now = self.clock.now_ms()
+        if not plog.needs_cleaning(now, p):
+            return False
+        job = plog.clean_job(now, p, self.max_uncompressed)
+        result = await asyncio.get_running_loop().run_in_executor(None, job.run)
+        if plog.deleted or not plog.apply_clean(job, result):
+            return False
+        self._log_cleaned(plog, result)
+        return True
+
+    def _log_cleaned(self, plog: PartitionLog, r: compaction.Cleaned) -> None:
         log.info(
             "log cleaned",
             topic=plog.topic,
@@ -484,7 +502,6 @@ class TopicStore:
             bytes_after=r.bytes_after,
             first_dirty_offset=plog.first_dirty,
         )
-        return True
 
     # ------------------------------------------------------------------ persistence
 

@@ -72,6 +72,7 @@ class TxnConfig:
     max_timeout_ms: int = 900000  # transaction.max.timeout.ms
     id_expiration_ms: int = 604800000  # transactional.id.expiration.ms
     num_partitions: int = 50  # transaction.state.log.num.partitions
+    max_ids: int = 10000  # rallypoint.max.transactional.ids (docs/reliability.md, "Limits")
 
 
 @dataclass(slots=True)
@@ -269,6 +270,11 @@ class TxnMachine:
             return self._end()
         txn = self.txns.get(txn_id)
         if txn is None or txn.state == TxnState.DEAD:
+            if txn is None and len(self.txns) >= self.config.max_ids:
+                # the coordinator's state is bounded: a new id past the cap is refused (fatal for
+                # the producer, as a principal without WRITE on the id)
+                self._respond(token, InitResult(E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+                return self._end()
             txn = TxnMetadata(txn_id, self.new_producer_id(), NO_EPOCH, timeout_ms, last_update_ms=now_ms)
             fresh = True
         else:

@@ -32,6 +32,7 @@ log = get_logger("rallypoint.transactions")
 
 STATE_FILE: Final = "transactions.json"
 MARKER_RETRY_S: Final = 0.1
+INLINE_SAVE_IDS: Final = 1000  # a state of more ids is encoded in a worker thread
 
 OffsetsMarker = Callable[[int, int, int, bool], Awaitable[ErrorCode]]
 
@@ -161,9 +162,9 @@ class TransactionsRuntime:
                 if self.data_dir is not None:
                     snapshot = self.machine.snapshot()
                     try:
-                        if self.fsync:
+                        if self.fsync or len(snapshot) > INLINE_SAVE_IDS:
                             await asyncio.get_running_loop().run_in_executor(None, self._write, snapshot)
-                        else:  # no fsync to wait for: a write to the page cache is quicker than a thread hop
+                        else:  # small and no fsync to wait for: quicker than a thread hop
                             self._write(snapshot)
                     except OSError as e:
                         log.error("could not save transaction state", error=str(e))
