@@ -1,6 +1,6 @@
 """Dynamic group configs (Kafka's ``GroupConfig``): per-group overrides set with
 Incremental/AlterConfigs on resource type GROUP, described with DescribeConfigs
-(docs/configs.md, "Group configs").
+(docs/configs.md, "Resources").
 
 The store keeps only what was set; :meth:`GroupConfigStore.get` answers the effective value
 (the group's override, else the broker default).  It is written to
