@@ -314,9 +314,24 @@ class ClassicGroups:
                 assignment = {m.member_id: m.assignment for m in group.members.values()}
                 version = req.api_version
 
+                generation = group.generation
+
                 def done(error: ErrorCode | None) -> None:
                     if self.registry.get(group.group_id) is not group or group.members.get(new_id) is not member:
                         return  # unloaded or removed meanwhile: its parked join was answered then
+                    if error is not None and (member.join_token != token or group.generation != generation):
+                        # A rebalance completed meanwhile and handed out the new id in a newer
+                        # generation: the join is answered already (Kafka's responseFuture.complete
+                        # is then a no-op) and reverting the id would give that generation two
+                        # leaders.  The id stays; the generation's own record persists it
+                        # (docs/groups.md, "Static membership").
+                        ctx.note(
+                            "static member replacement kept after a failed write",
+                            group=group.group_id,
+                            member=new_id,
+                            error=error.name,
+                        )
+                        return
                     if error is not None:
                         # Revert to the old member id, protocols and timeouts.
                         group.update_member(member, old_protocols, old_rebalance, old_session, None)

@@ -23,6 +23,7 @@ been answered.
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -95,6 +96,12 @@ PROTOCOL_SETS: tuple[tuple[tuple[str, bytes], ...], ...] = (
     (("range", subscription("a")), ("range", subscription("b"))),  # a duplicate name
 )
 DUPLICATE = 4
+
+
+def _instance_of(member_id: str) -> str | None:
+    """The group.instance.id a static member's id starts with (ids are ``<instance>-<uuid>``)."""
+    m = re.match(r"(inst-\d+)-", member_id)
+    return m.group(1) if m else None
 
 
 class Client:
@@ -172,7 +179,13 @@ class GroupMachineFuzz(RuleBasedStateMachine):
             if result.error == E.NONE:
                 key = (c.group, result.generation_id)
                 leader = self.leaders.setdefault(key, result.leader)
-                assert leader == result.leader, f"two leaders in {key}: {leader}, {result.leader}"
+                if leader != result.leader:
+                    # One leader per generation, except that a static leader rejoining with an
+                    # empty member id is replaced in place (Kafka's replaceStaticMember moves the
+                    # leader id to the new id of the same group.instance.id, generation unchanged).
+                    same = _instance_of(leader) is not None and _instance_of(leader) == _instance_of(result.leader)
+                    assert same, f"two leaders in {key}: {leader}, {result.leader}"
+                    self.leaders[key] = result.leader
                 assert any(m.member_id == result.leader for m in result.members) or not result.members
                 c.member_id, c.generation, c.joined = result.member_id, result.generation_id, result
                 c.synced = False
@@ -398,3 +411,43 @@ def test_duplicate_protocol_names_do_not_wedge_the_group() -> None:
     fuzz.advance(1)  # the join timer of the initial rebalance fires
     assert token in fuzz.answered
     fuzz.settle()
+
+
+def test_a_static_replacement_whose_write_fails_after_a_rebalance_is_answered_once() -> None:
+    """Found by this fuzzer: a static member rejoins a Stable group (its write pending), other
+    members join, the join phase completes and answers it in generation 2; then the write
+    fails.  The join must not be answered again, nor the id reverted under generation 2."""
+    s = GroupMachineFuzz()
+    s.whole_group_steps(group="g1")
+    s.advance(ms=1)
+    s.well_behaved_step(ci=0)
+    s.writes_complete()
+    s.join(ci=0, fresh=True, protocols=0, session=1000, version=0)  # refused: INVALID_SESSION_TIMEOUT
+    s.whole_group_steps(group="g1")  # the static rejoin (write pending), then a rebalance
+    (pending,) = [p for p in s.persists if p.records[0][1] is not None and p.records[0][1].generation == 1]
+    s.persists.remove(pending)
+    s.apply(s.m.persist_done(pending.persist_id, E.KAFKA_STORAGE_ERROR, s.now))  # asserts: no second answer
+    group = s.m.groups["g1"]
+    assert group.generation == 2 and group.leader_id in group.members
+    s.settle()
+
+
+def test_a_static_leader_rejoining_keeps_its_generation_under_its_new_id() -> None:
+    """Kafka's replaceStaticMember: the leader's id changes within the generation."""
+    s = GroupMachineFuzz()
+    for name, kw in [
+        ("whole_group_steps", {"group": "g1"}),
+        ("advance", {"ms": 1}),
+        ("whole_group_steps", {"group": "g1"}),
+        ("well_behaved_step", {"ci": 0}),
+        ("well_behaved_step", {"ci": 0}),
+        ("writes_complete", {}),
+        ("heartbeat", {"ci": 2, "stale": True}),
+        ("join", {"ci": 0, "fresh": True, "protocols": 0, "session": 1000, "version": 0}),
+        ("whole_group_steps", {"group": "g1"}),
+    ]:
+        getattr(s, name)(**kw)
+        s.groups_agree_with_themselves()
+    group = s.m.groups["g1"]
+    assert group.generation == 2 and _instance_of(group.leader_id or "") == "inst-0"
+    s.settle()
