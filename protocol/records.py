@@ -268,18 +268,26 @@ def _encode_record(out: bytearray, rec: Record, base_offset: int, base_timestamp
     out += body
 
 
-def encode_records(records: Sequence[Record], base_offset: int, base_timestamp: int) -> bytearray:
-    """The uncompressed record bytes of a batch with ``base_offset`` and ``base_timestamp``:
-    each record's offset and timestamp stored as deltas from them.  Offsets must ascend (gaps
-    are allowed, as after compaction)."""
+def _encode_body(records: Sequence[Record], base_offset: int, base_timestamp: int) -> tuple[bytearray, int]:
+    """(record bytes, largest timestamp): one pass (the offsets log's commit path runs this)."""
     prev = base_offset - 1
+    max_ts = base_timestamp
     body = bytearray()
     for rec in records:
         if rec.offset <= prev:
             raise ValueError(f"record offsets must ascend ({rec.offset} after {prev})")
         prev = rec.offset
+        if rec.timestamp > max_ts:
+            max_ts = rec.timestamp
         _encode_record(body, rec, base_offset, base_timestamp)
-    return body
+    return body, max_ts
+
+
+def encode_records(records: Sequence[Record], base_offset: int, base_timestamp: int) -> bytearray:
+    """The uncompressed record bytes of a batch with ``base_offset`` and ``base_timestamp``:
+    each record's offset and timestamp stored as deltas from them.  Offsets must ascend (gaps
+    are allowed, as after compaction)."""
+    return _encode_body(records, base_offset, base_timestamp)[0]
 
 
 def encode_batch(
@@ -302,8 +310,7 @@ def encode_batch(
         raise ValueError("a record batch needs at least one record")
     base = records[0].offset if base_offset is None else base_offset
     base_ts = records[0].timestamp
-    max_ts = max(rec.timestamp for rec in records)
-    body = encode_records(records, base, base_ts)
+    body, max_ts = _encode_body(records, base, base_ts)
     attributes = (ATTR_TRANSACTIONAL if transactional else 0) | (ATTR_CONTROL if control else 0)
     after_crc = (
         _AFTER_CRC.pack(

@@ -84,25 +84,21 @@ class _Pending:
     marker: bool | None = None
 
 
-@dataclass(slots=True)
-class _Planned:
-    """One batch of a write round: its base offset, records and time, and for a transaction
-    its (producer id, epoch) and, for a marker, COMMIT (True) or ABORT (False)."""
+# One batch of a write round: (base offset, records, time, producer, marker) — for a
+# transactional batch its (producer id, epoch), for a marker COMMIT (True) or ABORT (False).
+# Plain tuples: the commit path builds one per batch.
+_Planned = tuple[int, list[tuple[bytes, bytes | None]], int, tuple[int, int] | None, bool | None]
 
-    base: int
-    entries: list[tuple[bytes, bytes | None]]
-    timestamp: int
-    producer: tuple[int, int] | None = None
-    marker: bool | None = None
 
-    def encode(self) -> bytes:
-        if self.producer is None:
-            return build_batch(self.base, self.entries, self.timestamp)
-        pid, epoch = self.producer
-        if self.marker is not None:
-            return end_txn_marker(self.base, self.timestamp, pid, epoch, self.marker)
-        records = [Record(self.base + i, self.timestamp, k, v) for i, (k, v) in enumerate(self.entries)]
-        return encode_batch(records, base_offset=self.base, producer_id=pid, producer_epoch=epoch, transactional=True)
+def _encode_planned(p: _Planned) -> bytes:
+    base, entries, ts, producer, marker = p
+    if producer is None:
+        return build_batch(base, entries, ts)
+    pid, epoch = producer
+    if marker is not None:
+        return end_txn_marker(base, ts, pid, epoch, marker)
+    records = [Record(base + i, ts, k, v) for i, (k, v) in enumerate(entries)]
+    return encode_batch(records, base_offset=base, producer_id=pid, producer_epoch=epoch, transactional=True)
 
 
 class _Partition:
@@ -459,7 +455,7 @@ class OffsetsLog:
             return False  # append raises the error
         first = part.next_offset
         try:
-            self._write_round(part, [_Planned(first, entries, self.clock.now_ms())], False)
+            self._write_round(part, [(first, entries, self.clock.now_ms(), None, None)], False)
         except Exception as e:
             log.error("offsets_log.append_failed", partition=part.index, error=repr(e))
             raise PersistError(f"append to __consumer_offsets-{part.index} failed: {e}") from e
@@ -492,7 +488,7 @@ class OffsetsLog:
             plan: list[_Planned] = []
             nxt = first
             for p in taken:
-                plan.append(_Planned(nxt, p.entries, p.timestamp, p.producer, p.marker))
+                plan.append((nxt, p.entries, p.timestamp, p.producer, p.marker))
                 nxt += 1 if p.marker is not None else len(p.entries)
             sync = self.flush == "always"
             try:
@@ -549,15 +545,15 @@ class OffsetsLog:
 
     def _write_round(self, part: _Partition, plan: list[_Planned], sync: bool) -> None:
         """Encode, write and (``sync``) fdatasync one round; runs in an I/O thread."""
-        blob = b"".join(p.encode() for p in plan)
+        blob = b"".join([_encode_planned(p) for p in plan])
         rolled = False
         with part.lock:
             if part.fd is None:
-                self._open_active(part, plan[0].base)
+                self._open_active(part, plan[0][0])
             active = part.active
             if active.size > 0 and active.size + len(blob) > self.segment_bytes:
                 try:
-                    self._roll(part, plan[0].base)
+                    self._roll(part, plan[0][0])
                 except OSError as e:
                     part.failed = f"segment roll failed: {e}"
                     raise
@@ -578,7 +574,7 @@ class OffsetsLog:
                 raise
             active.size = before + len(blob)
             last = plan[-1]
-            active.next_offset = last.base + (1 if last.marker is not None else len(last.entries))
+            active.next_offset = last[0] + (1 if last[4] is not None else len(last[1]))
             active.batches += len(plan)
             fd = part.fd
             if not sync:
