@@ -250,15 +250,12 @@ class OffsetsManager(Generic[G]):
                     if commit:
                         for tp, (w, value) in staged.items():
                             ctx.timeline.promote(gid, tp, value, w)
-                    self.groups_touched(gid)
+                    ctx.touched.add(gid)
                 if not by_group:
                     self.txn_pending.pop(producer_id, None)
             ctx.respond(token, E.NONE if error is None else response_error(error))
 
         ctx.append(partition, [], done, producer=(producer_id, epoch), marker=commit)
-
-    def groups_touched(self, gid: str) -> None:
-        self.ctx.touched.add(gid)
 
     def load_pending(self, producer_id: int, group_id: str, offsets: dict[TopicPartition, OffsetCommitValue]) -> None:
         """Offsets of a transaction without a marker in the log at start-up (write id 0)."""

@@ -8,7 +8,7 @@ from typing import Any
 from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
-from ..groups.events import TopicErrors
+from ..groups.events import CommitPartition, CommitTopic, TopicErrors
 
 
 def client_host(ctx: RequestContext) -> str:
@@ -41,3 +41,27 @@ class TopicErrorsBuilder:
             {"name": name, "partitions": [{"partition_index": p, "error_code": e} for p, e in parts]}
             for name, parts in self.topics.items()
         ]
+
+
+def commit_topics(ctx: RequestContext, topics: Iterable[Any], out: TopicErrorsBuilder) -> list[CommitTopic]:
+    """The partitions of an OffsetCommit or TxnOffsetCommit request that exist; the others are
+    answered UNKNOWN_TOPIC_OR_PARTITION in ``out`` before the coordinator is asked
+    (``KafkaApis.handleOffsetCommitRequest`` / ``handleTxnOffsetCommitRequest``)."""
+    valid: list[CommitTopic] = []
+    for t in topics:
+        parts = []
+        for p in t.partitions:
+            if partition_exists(ctx, t.name, p.partition_index):
+                parts.append(
+                    CommitPartition(
+                        p.partition_index,
+                        p.committed_offset,
+                        int(getattr(p, "committed_leader_epoch", -1)),
+                        p.committed_metadata,
+                    )
+                )
+            else:
+                out.add(t.name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if parts:
+            valid.append(CommitTopic(t.name, tuple(parts)))
+    return valid

@@ -26,19 +26,14 @@ from ..broker import RequestContext
 API_KEY = 24
 
 
-def _answer(by_topic: dict[str, dict[int, ErrorCode]]) -> dict[str, Any]:
-    return {
-        "throttle_time": 0,
-        "results_by_topic_v3_and_below": [
-            {
-                "name": name,
-                "results_by_partition": [
-                    {"partition_index": p, "partition_error_code": code} for p, code in parts.items()
-                ],
-            }
-            for name, parts in by_topic.items()
-        ],
-    }
+def _topic_results(by_topic: dict[str, dict[int, ErrorCode]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": name,
+            "results_by_partition": [{"partition_index": p, "partition_error_code": code} for p, code in parts.items()],
+        }
+        for name, parts in by_topic.items()
+    ]
 
 
 async def _one(
@@ -48,17 +43,14 @@ async def _one(
         return _all(wanted, ErrorCode.INVALID_REQUEST)
     unknown = {tp for tp in wanted if ctx.broker.topics.partition(tp[0], tp[1]) is None}
     if unknown:
-        return {
-            name: {
-                p: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if (name, p) in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
-                for n2, p in wanted
-                if n2 == name
-            }
-            for name in dict.fromkeys(n for n, _p in wanted)
-        }
+        out: dict[str, dict[int, ErrorCode]] = {}
+        for name, p in wanted:
+            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if (name, p) in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
+            out.setdefault(name, {})[p] = code
+        return out
     txns = ctx.broker.transactions
     if verify:
-        out: dict[str, dict[int, ErrorCode]] = {}
+        out = {}
         for name, p in wanted:
             err = txns.machine.verify(txn_id, pid, epoch, (name, p))
             out.setdefault(name, {})[p] = ErrorCode.NONE if err is None else err
@@ -74,44 +66,28 @@ async def _batch(ctx: RequestContext, request: Any) -> dict[str, Any]:
         by_topic = await _one(
             ctx, txn.transactional_id, int(txn.producer_id), int(txn.producer_epoch), wanted, bool(txn.verify_only)
         )
-        results.append(
-            {
-                "transactional_id": txn.transactional_id,
-                "topic_results": [
-                    {
-                        "name": name,
-                        "results_by_partition": [
-                            {"partition_index": p, "partition_error_code": code} for p, code in parts.items()
-                        ],
-                    }
-                    for name, parts in by_topic.items()
-                ],
-            }
-        )
+        results.append({"transactional_id": txn.transactional_id, "topic_results": _topic_results(by_topic)})
     return {"throttle_time": 0, "error_code": ErrorCode.NONE, "results_by_transaction": results}
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     if ctx.api_version >= 4:
         return await _batch(ctx, request)
-    txn_id = request.v3_and_below_transactional_id
-    pid = int(request.v3_and_below_producer_id)
-    epoch = int(request.v3_and_below_producer_epoch)
     wanted = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
-    if not txn_id:
-        return _answer(_all(wanted, ErrorCode.INVALID_REQUEST))
-    unknown = {tp for tp in wanted if ctx.broker.topics.partition(tp[0], tp[1]) is None}
-    if unknown:
-        out: dict[str, dict[int, ErrorCode]] = {}
-        for name, p in wanted:
-            code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if (name, p) in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
-            out.setdefault(name, {})[p] = code
-        return _answer(out)
-    txns = ctx.broker.transactions
-    code = ErrorCode(await txns.call(lambda t, now: txns.machine.add_partitions(t, txn_id, pid, epoch, wanted, now)))
-    if code == ErrorCode.PRODUCER_FENCED and ctx.api_version < 2:
-        code = ErrorCode.INVALID_PRODUCER_EPOCH
-    return _answer(_all(wanted, code))
+    by_topic = await _one(
+        ctx,
+        request.v3_and_below_transactional_id,
+        int(request.v3_and_below_producer_id),
+        int(request.v3_and_below_producer_epoch),
+        wanted,
+        verify=False,
+    )
+    if ctx.api_version < 2:  # PRODUCER_FENCED did not exist yet
+        for parts in by_topic.values():
+            for p, code in parts.items():
+                if code == ErrorCode.PRODUCER_FENCED:
+                    parts[p] = ErrorCode.INVALID_PRODUCER_EPOCH
+    return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(by_topic)}
 
 
 def _all(wanted: list[tuple[str, int]], code: ErrorCode) -> dict[str, dict[int, ErrorCode]]:

@@ -13,8 +13,8 @@ from rallypoint.protocol.codec import ms
 from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
-from ..groups.events import CommitPartition, CommitRequest, CommitTopic
-from ._groups_common import TopicErrorsBuilder, partition_exists
+from ..groups.events import CommitRequest
+from ._groups_common import TopicErrorsBuilder, commit_topics
 
 API_KEY = 8
 
@@ -27,27 +27,7 @@ def _topic_id(ctx: Any, name: str) -> Any:
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     out = TopicErrorsBuilder()
-    valid: list[CommitTopic] = []
-    for t in request.topics:
-        if ctx.broker.topics.get(t.name) is None:
-            for p in t.partitions:
-                out.add(t.name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-            continue
-        parts = []
-        for p in t.partitions:
-            if partition_exists(ctx, t.name, p.partition_index):
-                parts.append(
-                    CommitPartition(
-                        p.partition_index,
-                        p.committed_offset,
-                        int(getattr(p, "committed_leader_epoch", -1)),
-                        p.committed_metadata,
-                    )
-                )
-            else:
-                out.add(t.name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        if parts:
-            valid.append(CommitTopic(t.name, tuple(parts)))
+    valid = commit_topics(ctx, request.topics, out)
     generation = request.generation_id_or_member_epoch
     member_id = request.member_id
     instance_id = getattr(request, "group_instance_id", None)

@@ -21,9 +21,9 @@ from typing import Any
 from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
-from ..groups.events import CommitPartition, CommitRequest, CommitTopic
+from ..groups.events import CommitRequest
 from ..topics.store import OFFSETS_TOPIC
-from ._groups_common import TopicErrorsBuilder, partition_exists
+from ._groups_common import TopicErrorsBuilder, commit_topics
 
 API_KEY = 28
 
@@ -41,23 +41,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     broker = ctx.broker
     out = TopicErrorsBuilder()
-    valid: list[CommitTopic] = []
-    for t in request.topics:
-        parts = []
-        for p in t.partitions:
-            if partition_exists(ctx, t.name, p.partition_index):
-                parts.append(
-                    CommitPartition(
-                        p.partition_index,
-                        p.committed_offset,
-                        int(getattr(p, "committed_leader_epoch", -1)),
-                        p.committed_metadata,
-                    )
-                )
-            else:
-                out.add(t.name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        if parts:
-            valid.append(CommitTopic(t.name, tuple(parts)))
+    valid = commit_topics(ctx, request.topics, out)
 
     def every(code: ErrorCode) -> None:
         for t in valid:
