@@ -35,6 +35,7 @@ def build_topics(cfg: Config, clock: Clock | None = None) -> TopicStore:
         cleaner_backoff_ms=cfg["log.cleaner.backoff.ms"],
         retention_check_interval_ms=cfg["log.retention.check.interval.ms"],
         max_uncompressed=cfg["rallypoint.max.uncompressed.batch.bytes"],
+        log_storage=cfg["rallypoint.log.storage"],
     )
 
 

@@ -152,7 +152,7 @@ SETTINGS: Final[dict[str, Setting]] = {
             "none",
             "mutual TLS: ask for / require a client certificate",
         ),
-        Setting("data.dir", _str, "/tmp/rallypoint-data", "directory for the offsets log and metadata"),
+        Setting("data.dir", _str, "/tmp/rallypoint-data", "directory of topic data, offsets log, metadata"),
         Setting("node.id", _int_range(0, INT32_MAX), 1, "broker id in Metadata"),
         Setting("socket.request.max.bytes", _int_range(1, INT32_MAX), 104857600, "largest request frame"),
         # Connection and request limits: docs/reliability.md, "Limits".
@@ -230,7 +230,26 @@ SETTINGS: Final[dict[str, Setting]] = {
             16 * 1024 * 1024,
             "most bytes a produced compressed batch may decompress to",
         ),
-        Setting("log.retention.bytes", _int_range(-1), 256 * 1024 * 1024, "per-partition bytes kept in memory"),
+        # durable topic data: docs/data-plane.md, "Durable topic data"
+        Setting(
+            "rallypoint.log.storage",
+            _choice("disk", "memory"),
+            "disk",
+            "topic data in segment files under data.dir (disk), or in memory only (memory: the fastest tests)",
+        ),
+        Setting(
+            "log.flush.interval.messages",
+            _int_range(1),
+            2**63 - 1,
+            "fsync a partition's log after this many messages (default: leave it to the OS)",
+        ),
+        Setting(
+            "log.flush.interval.ms",
+            _int_range(0),
+            2**63 - 1,
+            "fsync a partition's log this long after a write (default: leave it to the OS)",
+        ),
+        Setting("log.retention.bytes", _int_range(-1), 256 * 1024 * 1024, "per-partition bytes kept"),
         # topic data retention and compaction: docs/configs.md, "Retention and compaction"
         Setting("log.retention.ms", _int_range(-1), 604800000, "how long topic data is kept (-1: forever)"),
         Setting("log.retention.check.interval.ms", _int_range(1), 300000, "how often time-based retention runs"),

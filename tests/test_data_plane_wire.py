@@ -571,7 +571,10 @@ def test_retention_trims_oldest_batches(broker_factory: Callable[..., BrokerProc
 
 @pytest.mark.slow
 def test_restart_keeps_topics_and_offsets(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
-    b = broker_factory(data_dir=tmp_path / "restart")
+    """Memory-only topic data (``rallypoint.log.storage=memory``): after a restart each
+    partition is empty at its old end, so committed positions stay valid; after a kill the end
+    is the saved reservation (docs/data-plane.md, "Restarts").  Durable data: test_durable_*."""
+    b = broker_factory(data_dir=tmp_path / "restart", config={"rallypoint.log.storage": "memory"})
     with WireClient(b.host, b.port) as c:
         tid = create(c, "keep", 2)["topic_id"]
         produce(c, "keep", batch(3))
@@ -600,6 +603,35 @@ def test_restart_keeps_topics_and_offsets(broker_factory: Callable[..., BrokerPr
         end = list_offset(c, "keep", -1)["offset"]
         assert end >= 9
         assert produce(c, "keep", batch(1))["base_offset"] == end
+
+
+@pytest.mark.slow
+def test_durable_data_survives_restart_and_kill(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> None:
+    """The default storage keeps the records: a clean restart and a kill -9 both bring back
+    every acknowledged batch at its offset, and the next append continues after the last one."""
+    b = broker_factory(data_dir=tmp_path / "durable")
+    with WireClient(b.host, b.port) as c:
+        tid = create(c, "keep", 2)["topic_id"]
+        produce(c, "keep", batch(3))
+        produce(c, "keep", batch(4), partition=1)
+    b.restart()
+    with WireClient(b.host, b.port) as c:
+        md = codec.to_dict(c.call(METADATA, 12, {"topics": [{"name": "keep"}]}))["topics"][0]
+        assert md["topic_id"] == tid and len(md["partitions"]) == 2
+        assert (list_offset(c, "keep", -2)["offset"], list_offset(c, "keep", -1)["offset"]) == (0, 3)
+        assert (list_offset(c, "keep", -2, 1)["offset"], list_offset(c, "keep", -1, 1)["offset"]) == (0, 4)
+        p = fetch(c, [("keep", 0, 0)])["responses"][0]["partitions"][0]
+        assert [r[0] for r in records_of(p["records"])] == [0, 1, 2]
+        assert produce(c, "keep", batch(5))["base_offset"] == 3
+    b.kill()  # no clean shutdown, no periodic save needed: the write reached the OS
+    b.start()
+    assert b.events("topic data loaded")[-1]["clean_shutdown"] is False
+    with WireClient(b.host, b.port) as c:
+        assert list_offset(c, "keep", -1)["offset"] == 8
+        p = fetch(c, [("keep", 0, 0)])["responses"][0]["partitions"][0]
+        assert [r[0] for r in records_of(p["records"])] == list(range(8))
+        assert produce(c, "keep", batch(1))["base_offset"] == 8
+    assert (tmp_path / "durable" / "keep-0" / "00000000000000000000.log").stat().st_size > 0
 
 
 def test_shutdown_releases_parked_fetch(broker_factory: Callable[..., BrokerProcess]) -> None:

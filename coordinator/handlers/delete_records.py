@@ -45,4 +45,5 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                     low = log.delete_records_before(offset)
             partitions.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": code})
         topics.append({"name": t.name, "partitions": partitions})
+    await store.save_log_starts_async()  # durable data: the new log starts survive a crash
     return {"throttle_time": 0, "topics": topics}

@@ -110,6 +110,8 @@ BROKER_DEFAULTS: dict[str, str] = {
     "segment.ms": "log.roll.ms",
     "delete.retention.ms": "log.cleaner.delete.retention.ms",
     "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
 }
 
 
@@ -130,6 +132,9 @@ class LogPolicy:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 2**63 - 1
     log_append_time: bool = False
+    # fsync the partition's log after this many messages / this long (durable topic data)
+    flush_messages: int = 2**63 - 1
+    flush_ms: int = 2**63 - 1
     # the broker's memory bound per partition (log.retention.bytes), kept by compact-only topics
     # too, where Kafka would keep everything on disk (docs/configs.md, "Retention and compaction")
     memory_bytes: int = -1
@@ -161,6 +166,8 @@ def policy(configs: Mapping[str, str], broker_values: Mapping[str, Any]) -> LogP
         min_compaction_lag_ms=int(get("min.compaction.lag.ms")),
         max_compaction_lag_ms=max_lag,
         log_append_time=get("message.timestamp.type") == "LogAppendTime",
+        flush_messages=int(get("flush.messages")),
+        flush_ms=int(get("flush.ms")),
         memory_bytes=int(broker_values["log.retention.bytes"]),
     )
 

@@ -25,15 +25,19 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
-import struct
-from collections.abc import Callable
+import mmap
+from array import array
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.records import (
+    CONTROL_COMMIT,
     DEFAULT_MAX_UNCOMPRESSED,
     BatchHeader,
     RecordsError,
+    control_type,
+    decode_records,
     end_txn_marker,
     iter_record_times,
     parse_header,
@@ -45,12 +49,17 @@ from . import compaction
 from .configs import LogPolicy
 from .log_validator import BatchError, Checked
 from .producers import ProducerStates
+from .segment_files import SegmentFiles
 
 LEADER_EPOCH = 0
 NO_TIMESTAMP = -1
+UNKNOWN_OFFSET = -1  # a batch's max-timestamp offset not known yet (loaded from disk; walked on demand)
 DEFAULT_POLICY = LogPolicy(retention_bytes=-1)
-_LAST_DELTA = struct.Struct(">i")
-_LAST_DELTA_AT = 23  # lastOffsetDelta: after baseOffset, length, epoch, magic, crc, attributes
+
+
+def _ints(values: Iterable[int] = ()) -> array[int]:
+    """The per-batch index columns are arrays of int64: 8 bytes a batch, not a list of objects."""
+    return array("q", values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,19 +84,36 @@ class OffsetOutOfRange(Exception):
 class CleanJob:
     """One compaction pass's input (:meth:`PartitionLog.clean_job`)."""
 
-    head_base: int  # base offset of the first batch handed in (-1: none)
+    version: int  # the log's layout version when the job was made (apply_clean checks it)
+    count: int  # batches handed in (from the log's head)
     end_base: int  # base offset of the first batch not handed in (the log end if none)
-    batches: list[bytes]
+    batches: list[bytes] | None  # in memory; None: read from ``spans`` by :meth:`run`
+    spans: list[tuple[str, int, int]]  # on disk: (segment path, file position, bytes), in order
     max_ts_offsets: list[int]
     now_ms: int
     delete_retention_ms: int
     keep_empty: frozenset[int]
     max_uncompressed: int
 
+    def read(self) -> list[bytes]:
+        """The batches handed in (on disk: read through files of its own, so the pass does not
+        share the log's descriptors; a segment deleted meanwhile raises OSError)."""
+        if self.batches is not None:
+            return self.batches
+        from rallypoint.protocol.records import split_batches
+
+        out: list[bytes] = []
+        for path, pos, size in self.spans:
+            with open(path, "rb") as f:
+                f.seek(pos)
+                data = f.read(size)
+            out.extend(data[p : p + n] for p, n in split_batches(data))
+        return out
+
     def run(self) -> compaction.Cleaned:
-        """The pass (pure: safe in another thread)."""
+        """The pass (pure but for reading the segments: safe in another thread)."""
         return compaction.clean(
-            self.batches,
+            self.read(),
             self.max_ts_offsets,
             now_ms=self.now_ms,
             delete_retention_ms=self.delete_retention_ms,
@@ -97,7 +123,15 @@ class CleanJob:
 
 
 class PartitionLog:
-    def __init__(self, topic: str, partition: int, start_offset: int = 0, end_offset: int | None = None) -> None:
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        start_offset: int = 0,
+        end_offset: int | None = None,
+        *,
+        files: SegmentFiles | None = None,
+    ) -> None:
         self.topic = topic
         self.partition = partition
         self.log_start_offset = start_offset
@@ -105,17 +139,22 @@ class PartitionLog:
         # Set by the topic store when it persists end offsets (see the module docstring).
         self.reserved_end: int | None = None
         self.on_reserve: Callable[[PartitionLog, int], None] | None = None
-        # Parallel lists; entries before ``_head`` are dropped (compacted away lazily).
-        self._base: list[int] = []
-        self._pos: list[int] = []  # cumulative byte position of each batch
-        self._max_ts: list[int] = []
+        # The per-batch index, one column each; entries before ``_head`` are dropped (lazily).
+        self._base = _ints()
+        self._last = _ints()  # last offset of each batch
+        self._pos = _ints()  # cumulative byte position of each batch
+        self._max_ts = _ints()
         # running maximum of _max_ts (never decreases): bisected by offset_for_timestamp
-        self._max_ts_so_far: list[int] = []
-        self._max_ts_offset: list[int] = []  # offset of the record holding each batch's max timestamp
+        self._max_ts_so_far = _ints()
+        self._max_ts_offset = _ints()  # offset of the record holding each batch's max timestamp
+        # The batches themselves: in memory, or in segment files (``files``: durable topic data).
         self._batches: list[bytes] = []
+        self.files = files
         self._head = 0
         self._end_pos = 0
-        # the active segment: its first batch (an index into the lists) and when it was rolled
+        # bumped whenever batches before the active segment go or change (compaction checks it)
+        self._version = 0
+        # the active segment: its first batch (an index into the columns) and when it was rolled
         self._active = 0
         self._active_since_ms: int | None = None
         # compaction: the first offset not yet cleaned (Kafka's cleaner checkpoint) and the
@@ -142,7 +181,7 @@ class PartitionLog:
 
     @property
     def batch_count(self) -> int:
-        return len(self._batches) - self._head
+        return len(self._base) - self._head
 
     def has_epoch(self) -> bool:
         """Whether the leader epoch cache would hold epoch 0: anything was ever appended.
@@ -192,14 +231,41 @@ class PartitionLog:
                 entry.check_transactional(h)
         self._maybe_roll(size, policy, now_ms)
         base = self._append(data, pos, size, h, checked, now_ms if policy.log_append_time else None)
-        if h.has_producer_id:  # only once appended: a refused batch leaves no producer entry
-            e = entry or self.producers.entry(h.producer_id)
+        self._track_producer(h, base)
+        if self.files is not None and (self.files.unflushed >= policy.flush_messages or policy.flush_ms == 0):
+            self._flush(now_ms)  # flush.messages / flush.ms=0: fsync before the answer
+        self._retain(policy.retention_bytes if policy.delete else policy.memory_bytes)
+        return AppendResult(base, self.log_start_offset)
+
+    def _track_producer(self, h: BatchHeader, base: int) -> None:
+        """The producer state after a data batch at ``base`` (only once appended: a refused
+        batch leaves no producer entry)."""
+        if h.has_producer_id:
+            e = self.producers.entry(h.producer_id)
             had_txn = e.current_txn_first_offset is not None
             e.add(h, base)
             if not had_txn and e.current_txn_first_offset is not None:
                 self.open_txns[h.producer_id] = base
-        self._retain(policy.retention_bytes if policy.delete else policy.memory_bytes)
-        return AppendResult(base, self.log_start_offset)
+
+    def _flush(self, now_ms: int) -> None:
+        assert self.files is not None
+        try:
+            self.files.flush(now_ms)
+        except OSError as e:
+            raise BatchError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot flush the log: {e}") from e
+
+    def flush(self, now_ms: int, policy: LogPolicy) -> bool:
+        """``flush.ms``: fsync the active segment if written to and due (the topic store's
+        periodic check).  True if it flushed."""
+        f = self.files
+        if f is None or not f.unflushed:
+            return False
+        if f.last_flush_ms is None:
+            f.last_flush_ms = now_ms
+        if now_ms - f.last_flush_ms < policy.flush_ms:
+            return False
+        f.flush(now_ms)
+        return True
 
     # ------------------------------------------------------------------ transactions
 
@@ -219,21 +285,18 @@ class PartitionLog:
         offset = self.next_offset
         self._reserve(offset + 1)
         batch = end_txn_marker(offset, now_ms, producer_id, producer_epoch, commit)
-        first = entry.end_txn(producer_epoch)
-        self.open_txns.pop(producer_id, None)
-        if first is not None and not commit:
-            self.aborted_txns.append((producer_id, first, offset, self.last_stable_offset_after(offset + 1)))
-        self._base.append(offset)
-        self._pos.append(self._end_pos)
-        self._max_ts.append(now_ms)
-        prev = self._max_ts_so_far[-1] if self._max_ts_so_far else NO_TIMESTAMP
-        self._max_ts_so_far.append(max(prev, now_ms))
-        self._max_ts_offset.append(offset)
-        self._batches.append(batch)
-        self._end_pos += len(batch)
+        self._store(batch, 1)
+        self._end_marker(producer_id, producer_epoch, commit, offset)
+        self._index(offset, offset, len(batch), now_ms, offset)
         self.next_offset = offset + 1
         self.notify()
         return offset
+
+    def _end_marker(self, producer_id: int, producer_epoch: int, commit: bool, offset: int) -> None:
+        first = self.producers.entry(producer_id).end_txn(producer_epoch)
+        self.open_txns.pop(producer_id, None)
+        if first is not None and not commit:
+            self.aborted_txns.append((producer_id, first, offset, self.last_stable_offset_after(offset + 1)))
 
     def last_stable_offset_after(self, end: int) -> int:
         return min(self.open_txns.values()) if self.open_txns else end
@@ -246,7 +309,7 @@ class PartitionLog:
         """Start a new active segment before this batch when the active one would pass
         ``segment.bytes`` or is older than ``segment.ms`` (Kafka's ``LogSegment.shouldRoll``,
         without jitter; age counted from the roll)."""
-        n = len(self._batches)
+        n = len(self._base)
         if self._active >= n:  # the active segment is empty: this batch opens it
             self._active_since_ms = now_ms
             return
@@ -254,13 +317,17 @@ class PartitionLog:
             self._active_since_ms = now_ms
         active_bytes = self._end_pos - self._pos[self._active]
         if active_bytes + size > policy.segment_bytes or now_ms - self._active_since_ms >= policy.roll_ms:
-            self._active = n
-            self._active_since_ms = now_ms
+            self.roll(now_ms)
 
     def roll(self, now_ms: int) -> None:
         """Close the active segment now (the next batch opens a new one)."""
-        self._active = len(self._batches)
+        self._active = len(self._base)
         self._active_since_ms = now_ms
+        if self.files is not None and self.files.active is not None and self.files.active.size:
+            try:
+                self.files.roll(self.next_offset, self._end_pos)
+            except OSError as e:
+                raise BatchError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot roll the log: {e}") from e
 
     def _reserve(self, end: int) -> None:
         if self.on_reserve is not None and (self.reserved_end is None or end > self.reserved_end):
@@ -268,6 +335,28 @@ class PartitionLog:
                 self.on_reserve(self, end)
             except OSError as e:  # the end offset cannot be saved: Kafka's answer for a failed log dir
                 raise BatchError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot save the end offset: {e}") from e
+
+    def _store(self, batch: bytes, records: int) -> None:
+        """Keep one batch's bytes: in memory, or written to the active segment file."""
+        if self.files is None:
+            self._batches.append(batch)
+            return
+        try:
+            if self.files.active is None:
+                self.files.roll(self.next_offset, self._end_pos)
+            self.files.write(batch, records)
+        except OSError as e:  # Kafka marks the log dir offline; the produce gets KAFKA_STORAGE_ERROR
+            raise BatchError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write the log: {e}") from e
+
+    def _index(self, base: int, last: int, size: int, max_ts: int, max_ts_offset: int) -> None:
+        self._base.append(base)
+        self._last.append(last)
+        self._pos.append(self._end_pos)
+        self._max_ts.append(max_ts)
+        prev = self._max_ts_so_far[-1] if self._max_ts_so_far else NO_TIMESTAMP
+        self._max_ts_so_far.append(max(prev, max_ts))
+        self._max_ts_offset.append(max_ts_offset)
+        self._end_pos += size
 
     def _append(
         self, data: bytes, pos: int, size: int, h: BatchHeader, checked: Checked, log_append_time: int | None = None
@@ -286,14 +375,8 @@ class PartitionLog:
             # LogValidator stores the largest timestamp its walk found (setMaxTimestamp), not the
             # producer's claim: the CRC is recomputed then.
             batch = with_max_timestamp(batch, max_ts)
-        self._base.append(base)
-        self._pos.append(self._end_pos)
-        self._max_ts.append(max_ts)
-        prev = self._max_ts_so_far[-1] if self._max_ts_so_far else NO_TIMESTAMP
-        self._max_ts_so_far.append(max(prev, max_ts))
-        self._max_ts_offset.append(base + checked.offset_delta_of_max)
-        self._batches.append(batch)
-        self._end_pos += size
+        self._store(batch, h.record_count)
+        self._index(base, end - 1, size, max_ts, base + checked.offset_delta_of_max)
         self.next_offset = end
         self.notify()
         return base
@@ -302,7 +385,7 @@ class PartitionLog:
         if retention_bytes < 0:
             return
         head = self._head
-        last = len(self._batches) - 1
+        last = len(self._base) - 1
         trimmed = False
         while head < last and self._end_pos - self._pos[head] > retention_bytes:
             head += 1
@@ -312,16 +395,26 @@ class PartitionLog:
         self._advance_head(head, self._base[head])
 
     def _advance_head(self, head: int, log_start: int) -> None:
-        """Batches before index ``head`` go; the log starts at ``log_start`` (≥ their end)."""
+        """Batches before index ``head`` go; the log starts at ``log_start`` (≥ their end).
+        On disk the segment files wholly before it are deleted (Kafka deletes whole segments;
+        the log start offset may lie inside the first one, as after DeleteRecords)."""
+        n = len(self._base)
         self._head = head
+        self._version += 1
         self.log_start_offset = log_start
         self.first_dirty = max(self.first_dirty, log_start)
         self._active = max(self._active, head)
         self.producers.truncate_head(log_start)
-        if head > 1024 and head * 2 > len(self._batches):
-            del self._base[:head], self._pos[:head], self._max_ts[:head], self._batches[:head]
-            del self._max_ts_offset[:head]
-            self._max_ts_so_far = list(itertools.accumulate(self._max_ts, max))
+        if self.files is not None:
+            if head >= n and self.files.active is not None and self.files.active.size:
+                self.files.roll(self.next_offset, self._end_pos)  # everything went: a new segment
+            self.files.drop_before(self._pos_at(head))
+        if head > 1024 and head * 2 > n:
+            for col in (self._base, self._last, self._pos, self._max_ts, self._max_ts_offset):
+                del col[:head]
+            if self.files is None:
+                del self._batches[:head]
+            self._max_ts_so_far = _ints(itertools.accumulate(self._max_ts, max))
             self._active -= head
             self._head = 0
 
@@ -332,7 +425,7 @@ class PartitionLog:
         if retention_ms < 0:
             return 0
         limit = now_ms - retention_ms
-        head, n = self._head, len(self._batches)
+        head, n = self._head, len(self._base)
         while head < n and self._max_ts[head] < limit:
             head += 1
         gone = head - self._head
@@ -347,11 +440,11 @@ class PartitionLog:
         the high watermark (OFFSET_OUT_OF_RANGE above it)."""
         if offset <= self.log_start_offset:
             return self.log_start_offset
-        head, last = self._head, len(self._batches) - 1
+        head, last = self._head, len(self._base) - 1
         while head < last and self._base[head + 1] <= offset:
             head += 1
         if head == last and offset >= self.next_offset:
-            head = len(self._batches)  # everything goes
+            head = len(self._base)  # everything goes
         self._advance_head(head, offset)
         self.notify()
         return offset
@@ -364,10 +457,14 @@ class PartitionLog:
         i = bisect.bisect_right(self._base, offset, lo=self._head) - 1
         if i < self._head:
             return self._head
-        b = self._batches[i]
-        if self._base[i] + _LAST_DELTA.unpack_from(b, _LAST_DELTA_AT)[0] < offset:
+        if self._last[i] < offset:
             return i + 1
         return i
+
+    def _batch(self, i: int) -> bytes:
+        if self.files is None:
+            return self._batches[i]
+        return self.files.read(self._pos[i], self._pos_at(i + 1))
 
     def check_offset(self, offset: int) -> None:
         if offset < self.log_start_offset or offset > self.next_offset:
@@ -379,10 +476,10 @@ class PartitionLog:
     def bytes_available(self, offset: int, upper: int | None = None) -> int:
         """Bytes a fetch at ``offset`` could return now (0 at the end or out of range), below
         ``upper`` when given (read_committed)."""
-        if offset >= self.next_offset or offset < self.log_start_offset or self._head >= len(self._batches):
+        if offset >= self.next_offset or offset < self.log_start_offset or self._head >= len(self._base):
             return 0
         i = self._index_for(offset)
-        n = len(self._batches)
+        n = len(self._base)
         if upper is not None:
             n = min(n, bisect.bisect_left(self._base, upper, lo=self._head))
         if i >= n:
@@ -391,43 +488,56 @@ class PartitionLog:
 
     def read(self, offset: int, max_bytes: int, min_one: bool, upper: int | None = None) -> ReadResult:
         """Whole batches from the one containing ``offset``, up to ``max_bytes``, none starting
-        at or after ``upper`` (read_committed: the last stable offset).
+        at or after ``upper`` (read_committed: the last stable offset).  On disk a read stops at
+        the end of the segment it starts in (as Kafka's ``LogSegment.read``).
 
         With ``min_one`` the first batch is returned even if larger (KIP-74).  Raises
         OffsetOutOfRange as ``LocalLog.read`` does.
         """
         self.check_offset(offset)
-        if offset == self.next_offset or self._head >= len(self._batches):
+        n = len(self._base)
+        if offset == self.next_offset or self._head >= n:
             return ReadResult(b"", self.next_offset, self.log_start_offset)  # at the end, or in a gap
         i = self._index_for(offset)
-        n = len(self._batches)
         if upper is not None:
             n = min(n, bisect.bisect_left(self._base, upper, lo=self._head))
         if i >= n:
             return ReadResult(b"", self.next_offset, self.log_start_offset)
         start_pos = self._pos[i]
-        j = i
-        while j < n:
-            end = self._pos[j + 1] if j + 1 < len(self._batches) else self._end_pos
-            if end - start_pos > max_bytes and not (min_one and j == i):
-                break
-            j += 1
+        limit = start_pos + max_bytes
+        if self.files is not None:
+            seg_end = self.files.segment_end(start_pos)
+            if seg_end < self._pos_at(n):
+                n = bisect.bisect_left(self._pos, seg_end, lo=i)
+        # the batches that fit: those ending at or before ``limit`` (at least one with min_one)
+        j0 = bisect.bisect_right(self._pos, limit, lo=i + 1, hi=n)
+        j = n if j0 == n and self._pos_at(n) <= limit else j0 - 1
         if j == i:
-            return ReadResult(b"", self.next_offset, self.log_start_offset)
-        data = self._batches[i] if j == i + 1 else b"".join(self._batches[i:j])
+            if not min_one:
+                return ReadResult(b"", self.next_offset, self.log_start_offset)
+            j = i + 1
+        if self.files is not None:
+            data = self.files.read(start_pos, self._pos_at(j))
+        else:
+            data = self._batches[i] if j == i + 1 else b"".join(self._batches[i:j])
         return ReadResult(data, self.next_offset, self.log_start_offset)
 
     # ------------------------------------------------------------------ compaction
 
     def cleanable_end(self, now_ms: int, policy: LogPolicy) -> int:
         """Index of the first batch the cleaner must leave alone: the active segment's first,
-        or an earlier one holding records younger than ``min.compaction.lag.ms``."""
+        or an earlier one holding records younger than ``min.compaction.lag.ms`` (on disk: the
+        first batch of the segment holding that one, since whole segments are rewritten)."""
         end = self._active
         if policy.min_compaction_lag_ms > 0:
             young = now_ms - policy.min_compaction_lag_ms
             for i in range(self._head, end):
                 if self._max_ts[i] > young:
-                    return i
+                    end = i
+                    break
+            if self.files is not None and end < self._active:
+                seg_start = self.files.segments[bisect.bisect_right(self.files._starts, self._pos[end]) - 1].start
+                end = max(self._head, bisect.bisect_left(self._pos, seg_start, lo=self._head, hi=end))
         return end
 
     def _pos_at(self, i: int) -> int:
@@ -458,15 +568,25 @@ class PartitionLog:
         return self.latest_delete_horizon != NO_TIMESTAMP and self.latest_delete_horizon <= now_ms
 
     def clean_job(self, now_ms: int, policy: LogPolicy, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED) -> CleanJob:
-        """What one cleaning pass works on: the batches before :meth:`cleanable_end` (the list
-        of them, not copies).  The pass itself (:func:`compaction.clean`) may run in another
-        thread; :meth:`apply_clean` installs its result."""
+        """What one cleaning pass works on: the batches before :meth:`cleanable_end` (in memory
+        the list of them, not copies; on disk where they lie in the segment files).  The pass
+        itself (:meth:`CleanJob.run`) may run in another thread; :meth:`apply_clean` installs its
+        result."""
         end = self.cleanable_end(now_ms, policy)
+        spans: list[tuple[str, int, int]] = []
+        if self.files is not None and end > self._head:
+            lo, hi = self._pos[self._head], self._pos_at(end)
+            for seg in self.files.segments:
+                a, b = max(lo, seg.start), min(hi, seg.end)
+                if a < b:
+                    spans.append((str(seg.path), a - seg.start, b - a))
         return CleanJob(
-            head_base=self._base[self._head] if self._head < end else -1,
+            version=self._version,
+            count=end - self._head,
             end_base=self._base[end] if end < len(self._base) else self.next_offset,
-            batches=self._batches[self._head : end],
-            max_ts_offsets=self._max_ts_offset[self._head : end],
+            batches=self._batches[self._head : end] if self.files is None else None,
+            spans=spans,
+            max_ts_offsets=list(self._max_ts_offset[self._head : end]),
             now_ms=now_ms,
             delete_retention_ms=policy.delete_retention_ms,
             keep_empty=self.producers.last_offsets(),
@@ -476,35 +596,45 @@ class PartitionLog:
     def apply_clean(self, job: CleanJob, result: compaction.Cleaned) -> bool:
         """Install a pass's result unless the batches it read changed meanwhile (retention or
         DeleteRecords moved the log start): then False, and the next pass starts again.  Appends
-        only add batches after them, so those stay."""
-        head, n = self._head, len(job.batches)
-        end = head + n
-        if n and (
-            head >= len(self._base) or self._base[head] != job.head_base or self._batches[head] is not job.batches[0]
-        ):
+        only add batches after them, so those stay.  On disk the cleaned batches replace the
+        segments they came from (Kafka's swap protocol, :meth:`SegmentFiles.replace_closed`)."""
+        head = self._head
+        end = head + job.count
+        if job.version != self._version or end > len(self._base):
             return False
-        if end > len(self._batches) or (end < len(self._base) and self._base[end] != job.end_base):
+        if end < len(self._base) and self._base[end] != job.end_base:
             return False
-        kept_pos: list[int] = []
-        kept_base: list[int] = []
-        kept_ts: list[int] = []
+        kept_pos = _ints()
+        kept_base = _ints()
+        kept_last = _ints()
+        kept_ts = _ints()
         pos = 0
         for batch in result.batches:
             h = parse_header(batch)
             kept_pos.append(pos)
             kept_base.append(h.base_offset)
+            kept_last.append(h.last_offset)
             kept_ts.append(h.max_timestamp)
             pos += len(batch)
+        if self.files is not None:
+            if job.count:
+                try:
+                    self.files.replace_closed(self._pos_at(end), list(result.batches))
+                except OSError as e:
+                    raise BatchError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot install the cleaned log: {e}") from e
         shift = pos - self._pos_at(end)
-        self._pos = kept_pos + [p + shift for p in self._pos[end:]]
+        self._pos = kept_pos + _ints(p + shift for p in self._pos[end:])
         self._base = kept_base + self._base[end:]
+        self._last = kept_last + self._last[end:]
         self._max_ts = kept_ts + self._max_ts[end:]
-        self._max_ts_offset = list(result.max_ts_offsets) + self._max_ts_offset[end:]
-        self._batches = list(result.batches) + self._batches[end:]
+        self._max_ts_offset = _ints(result.max_ts_offsets) + self._max_ts_offset[end:]
+        if self.files is None:
+            self._batches = list(result.batches) + self._batches[end:]
         self._end_pos += shift
-        self._max_ts_so_far = list(itertools.accumulate(self._max_ts, max))
+        self._max_ts_so_far = _ints(itertools.accumulate(self._max_ts, max))
         self._active = len(result.batches) + max(0, self._active - end)
         self._head = 0
+        self._version += 1
         self.first_dirty = max(self.first_dirty, job.end_base)
         self.latest_delete_horizon = result.latest_delete_horizon
         self.notify()
@@ -513,7 +643,7 @@ class PartitionLog:
     def clean(
         self, now_ms: int, policy: LogPolicy, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
     ) -> compaction.Cleaned:
-        """One cleaning pass here and now (:meth:`clean_job`, :func:`compaction.clean`,
+        """One cleaning pass here and now (:meth:`clean_job`, :meth:`CleanJob.run`,
         :meth:`apply_clean`)."""
         job = self.clean_job(now_ms, policy, max_uncompressed)
         result = job.run()
@@ -528,12 +658,12 @@ class PartitionLog:
         holds it; that batch alone is walked (decompressed if need be).  Its records were
         validated on append, so the walk is bounded by its bytes."""
         i = bisect.bisect_left(self._max_ts_so_far, ts, lo=self._head)
-        n = len(self._batches)
+        n = len(self._base)
         while i < n and self._max_ts[i] < ts:
             i += 1  # only when the running maximum came from a batch retention dropped
         if i >= n:
             return None
-        batch = self._batches[i]
+        batch = self._batch(i)
         try:
             for offset, rts in iter_record_times(batch, parse_header(batch), max_uncompressed):
                 if rts >= ts and offset >= self.log_start_offset:
@@ -546,12 +676,56 @@ class PartitionLog:
         """(timestamp, offset) of the first record with the largest timestamp (ListOffsets -3)."""
         best = NO_TIMESTAMP
         best_i = -1
-        for i in range(self._head, len(self._batches)):
+        for i in range(self._head, len(self._base)):
             if self._max_ts[i] > best:
                 best, best_i = self._max_ts[i], i
         if best_i < 0:
             return None
-        return best, self._max_ts_offset[best_i]
+        offset = self._max_ts_offset[best_i]
+        if offset == UNKNOWN_OFFSET:  # loaded from disk: walk that one batch once
+            offset = self._base[best_i]
+            batch = self._batch(best_i)
+            try:
+                for o, rts in iter_record_times(batch, parse_header(batch), DEFAULT_MAX_UNCOMPRESSED):
+                    if rts == best:
+                        offset = o
+                        break
+            except RecordsError:
+                pass
+            self._max_ts_offset[best_i] = offset
+        return best, offset
+
+    # ------------------------------------------------------------------ loading from disk
+
+    def load_batch(self, buf: bytes | mmap.mmap, h: BatchHeader) -> None:
+        """Index one batch read back from a segment file (already stored there) and replay
+        its producer and transaction state, as Kafka's ``ProducerStateManager`` rebuilds it
+        from the log at recovery.  ``buf``: what ``h.position`` refers to (for control batches,
+        whose record says commit or abort)."""
+        base = h.base_offset
+        if h.is_control:
+            commit = True
+            try:
+                recs = decode_records(buf, h)
+                commit = bool(recs) and control_type(recs[0]) == CONTROL_COMMIT
+            except RecordsError:
+                pass
+            self._end_marker(h.producer_id, h.producer_epoch, commit, base)
+        else:
+            self._track_producer(h, base)
+        self._index(base, h.last_offset, h.size, h.max_timestamp, UNKNOWN_OFFSET)
+        self.next_offset = h.next_offset
+
+    def finish_load(self, log_start_offset: int, now_ms: int) -> None:
+        """After :meth:`load_batch` of every batch: batches wholly below the saved log start
+        offset are dropped, the last segment is the active one."""
+        self._active = bisect.bisect_left(self._pos, self.files.active.start) if self.files and self.files.active else 0
+        self._active_since_ms = now_ms
+        self.next_offset = max(self.next_offset, log_start_offset)
+        if log_start_offset > self.log_start_offset:
+            head = bisect.bisect_right(self._last, log_start_offset - 1)
+            self._advance_head(min(head, len(self._base)), log_start_offset)
+        self.first_dirty = self.log_start_offset
 
 
 __all__ = ["AppendResult", "BatchError", "ErrorCode", "OffsetOutOfRange", "PartitionLog", "ReadResult"]

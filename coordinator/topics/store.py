@@ -1,6 +1,8 @@
-"""Topics, their partitions' logs, and the little that persists across restarts.
+"""Topics, their partitions' logs, and what persists across restarts.
 
-Data is in memory only.  What persists, in ``<data.dir>/topics.json`` (written to a new file
+Topic data is kept in segment files under ``data.dir`` (``rallypoint.log.storage=disk``, the
+broker's default: :mod:`.segment_files`, loaded at start by :mod:`.durable`), or in memory only
+(``memory``).  Topic metadata persists in ``<data.dir>/topics.json`` (written to a new file
 then renamed over the old one): each topic's name, id, internal flag, configs, and each
 partition's next offset and *reserved* end offset; plus the producer-id block reserved so far.
 Metadata changes (create/delete/partition changes, a new producer-id block) are written before
@@ -9,7 +11,8 @@ a request that changed them, and concurrent changes share one write (group commi
 event loop.  Offsets are written about every second while they move, and on shutdown.  After a
 restart each partition is empty with log start offset = its saved next offset and high
 watermark = its reserved end (the same after a clean shutdown), so committed consumer offsets
-stay valid and no offset is handed out twice, even after a crash.
+stay valid and no offset is handed out twice, even after a crash.  With durable data the logs
+themselves say where each partition ends, and reservations are not used.
 
 End offsets are reserved like producer ids: a partition hands out offsets only below a
 reservation already on disk; the periodic save moves each reservation ahead of the partition's
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -42,11 +46,12 @@ from ..clock import Clock, SystemClock
 from ..config import default
 from ..logger import get as get_logger
 from ..slicing import Slicer
-from . import compaction
+from . import compaction, durable
 from . import configs as topic_configs
 from .errors import TopicError
 from .fetch_sessions import FetchSessionCache
 from .partition import PartitionLog
+from .segment_files import SegmentFiles, parse_partition_dir_name, partition_dir_name, remove_leftovers
 
 log = get_logger("rallypoint.topics")
 
@@ -129,6 +134,7 @@ class TopicStore:
         cleaner_backoff_ms: int = default("log.cleaner.backoff.ms"),
         retention_check_interval_ms: int = default("log.retention.check.interval.ms"),
         max_uncompressed: int = default("rallypoint.max.uncompressed.batch.bytes"),
+        log_storage: str = "memory",
     ) -> None:
         self.default_partitions = default_partitions
         # Most partitions the broker holds, all topics together (None: no cap).
@@ -148,6 +154,11 @@ class TopicStore:
         self.max_uncompressed = max_uncompressed
         self._cleaner: asyncio.Task[None] | None = None
         self.data_dir = data_dir
+        # topic data in segment files (the broker's default; unit tests build memory stores)
+        self.durable = data_dir is not None and log_storage == "disk"
+        self._lock_fd: int | None = None
+        self._log_starts_saved: dict[tuple[str, int], int] = {}
+        self.load_report: durable.LoadReport | None = None
         self._topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
         self._unified: dict[str, set[str]] = {}
@@ -332,6 +343,11 @@ class TopicStore:
         for p in topic.partitions:
             p.deleted = True
             p.notify()
+            if p.files is not None:
+                try:
+                    p.files.delete()
+                except OSError as e:  # the next start removes what is left (a -delete directory)
+                    log.error("could not delete partition directory", topic=topic.name, error=str(e))
         log.info("topic deleted", topic=topic.name, topic_id=str(topic.topic_id))
         self._changed()
         return topic
@@ -383,6 +399,9 @@ class TopicStore:
     # ------------------------------------------------------------------ life cycle
 
     async def start(self) -> None:
+        if self.durable:
+            self._lock_data_dir()
+            await asyncio.to_thread(self.load_logs)
         if self.data_dir is not None:
             self._flusher = asyncio.create_task(self._flush_loop(), name="topics-flusher")
         self._cleaner = asyncio.create_task(self._cleaner_loop(), name="log-cleaner")
@@ -407,10 +426,14 @@ class TopicStore:
             self._flusher = None
         if self.data_dir is not None:
             self.save_now(final=True)
+        if self.durable and self._lock_fd is not None:
+            self.close_logs()
 
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_INTERVAL_S)
+            if self.durable:
+                self._flush_due()
             if self._persisted < self._mutations or self._fingerprint() != self._saved_fingerprint:
                 try:
                     await self._write_async()
@@ -559,6 +582,12 @@ class TopicStore:
     def _attach(self, partitions: list[PartitionLog]) -> None:
         if self.data_dir is None:
             return
+        if self.durable:
+            for p in partitions:
+                topic = self._topics.get(p.topic)
+                if p.files is None and topic is not None and not topic.is_internal:
+                    p.files = SegmentFiles(self.data_dir / partition_dir_name(p.topic, p.partition), topic.topic_id)
+            return
         for p in partitions:
             p.on_reserve = self._reserve_now
 
@@ -573,7 +602,7 @@ class TopicStore:
         return tuple(p.next_offset for p in self.partitions())
 
     def _reservation(self, p: PartitionLog, final: bool, need: tuple[PartitionLog, int] | None) -> int:
-        if final:
+        if final or p.files is not None:
             return p.next_offset
         end = max(p.next_offset, need[1]) if need is not None and need[0] is p else p.next_offset
         return max(p.reserved_end or 0, end + self._steps.get(p, RESERVE_STEP))
@@ -673,3 +702,131 @@ class TopicStore:
             self._attach(topic.partitions)
         self._saved_fingerprint = self._fingerprint()
         log.info("topic state loaded", topics=len(self._topics), path=str(path))
+
+    # ------------------------------------------------------------------ durable topic data
+
+    def _lock_data_dir(self) -> None:
+        """Hold ``<data.dir>/.lock`` (as Kafka locks a log dir): two brokers writing one
+        partition's segments would corrupt them."""
+        assert self.data_dir is not None
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        path = self.data_dir / durable.LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise TopicStateError(
+                f"{path} is locked: another rallypoint process is using the data directory {self.data_dir}"
+            ) from None
+        self._lock_fd = fd
+
+    def load_logs(self) -> durable.LoadReport:
+        """Load every partition's segments (recovering them after a crash): the rules are in
+        :mod:`.durable`.  Runs before the broker listens."""
+        assert self.data_dir is not None
+        import time
+
+        t0 = time.monotonic()
+        for gone in remove_leftovers(self.data_dir):
+            log.info("interrupted deletion finished", path=str(gone))
+        report = durable.LoadReport(clean_shutdown=durable.load_clean_marker(self.data_dir))
+        starts = durable.read_checkpoint(self.data_dir / durable.LOG_START_CHECKPOINT)
+        points = durable.read_checkpoint(self.data_dir / durable.RECOVERY_POINT_CHECKPOINT)
+        now = self.clock.now_ms()
+        for topic in self._topics.values():
+            if topic.is_internal:
+                continue
+            for i, old in enumerate(topic.partitions):
+                topic.partitions[i] = durable.open_partition(
+                    self.data_dir / partition_dir_name(topic.name, i),
+                    topic.name,
+                    i,
+                    topic.topic_id,
+                    saved_next=old.next_offset,
+                    log_start=starts.get((topic.name, i)),
+                    recovery_point=points.get((topic.name, i)),
+                    clean=report.clean_shutdown,
+                    now_ms=now,
+                    report=report,
+                )
+        for entry in self.data_dir.iterdir():
+            parsed = parse_partition_dir_name(entry.name)
+            if parsed is None or not entry.is_dir() or parsed[0] in INTERNAL_TOPICS:
+                continue
+            t = self._topics.get(parsed[0])
+            if t is None or parsed[1] >= len(t.partitions):
+                log.warning("stray partition directory left alone", path=str(entry))
+        self._log_starts_saved = self._log_starts()
+        report.millis = durable.elapsed_ms(t0)
+        self.load_report = report
+        log.info(
+            "topic data loaded",
+            partitions=report.partitions,
+            segments=report.segments,
+            batches=report.batches,
+            bytes=report.bytes,
+            truncated=len(report.truncated),
+            clean_shutdown=report.clean_shutdown,
+            ms=report.millis,
+        )
+        return report
+
+    def _durable_partitions(self) -> Iterator[PartitionLog]:
+        for p in self.partitions():
+            if p.files is not None:
+                yield p
+
+    def _log_starts(self) -> dict[tuple[str, int], int]:
+        return {(p.topic, p.partition): p.log_start_offset for p in self._durable_partitions()}
+
+    def save_log_starts(self) -> None:
+        """Write ``log-start-offset-checkpoint`` if a log start moved since the last write."""
+        if not self.durable or self.data_dir is None:
+            return
+        starts = self._log_starts()
+        if starts != self._log_starts_saved:
+            durable.write_checkpoint(self.data_dir / durable.LOG_START_CHECKPOINT, starts)
+            self._log_starts_saved = starts
+
+    async def save_log_starts_async(self) -> None:
+        """DeleteRecords: the new log start offsets are on disk before the answer."""
+        if self.durable:
+            await asyncio.to_thread(self.save_log_starts)
+
+    def _flush_due(self) -> None:
+        """The periodic duties of durable logs: ``flush.ms``, and the log-start checkpoint."""
+        now = self.clock.now_ms()
+        for topic in self._topics.values():
+            if topic.is_internal:
+                continue
+            p = self.policy(topic)
+            for plog in topic.partitions:
+                try:
+                    plog.flush(now, p)
+                except OSError as e:
+                    log.error("could not flush partition", topic=topic.name, partition=plog.partition, error=str(e))
+        try:
+            self.save_log_starts()
+        except OSError as e:
+            log.error("could not save log start offsets", error=str(e))
+
+    def close_logs(self) -> None:
+        """Clean shutdown: every active segment fsynced and closed, the checkpoints written, then
+        ``.kafka_cleanshutdown`` (the next start trusts the segments without checking CRCs)."""
+        assert self.data_dir is not None
+        try:
+            points = {}
+            for p in self._durable_partitions():
+                assert p.files is not None
+                p.files.close(sync=True)
+                points[(p.topic, p.partition)] = p.next_offset
+            durable.write_checkpoint(self.data_dir / durable.RECOVERY_POINT_CHECKPOINT, points)
+            durable.write_checkpoint(self.data_dir / durable.LOG_START_CHECKPOINT, self._log_starts())
+            durable.mark_clean(self.data_dir)
+        except OSError as e:
+            log.error("unclean shutdown of topic data", error=str(e))
+        finally:
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
+                self._lock_fd = None

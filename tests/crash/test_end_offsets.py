@@ -170,12 +170,13 @@ def test_no_data_dir_no_reservations() -> None:
 @pytest.mark.clients
 def test_consumers_resume_across_the_gap_after_a_sigkill(broker_factory: Callable[..., BrokerProcess]) -> None:
     """Consumers that committed the end before a SIGKILL resume there without a reset and
-    get the new messages, whose offsets skip the reserved gap (kafka-python and librdkafka)."""
+    get the new messages, whose offsets skip the reserved gap (kafka-python and librdkafka).
+    Memory-only topic data: durable data keeps the messages themselves (test_durable_clients)."""
     from confluent_kafka import Consumer as CkConsumer
     from kafka import KafkaConsumer, KafkaProducer, TopicPartition
     from kafka.structs import OffsetAndMetadata
 
-    broker = broker_factory()
+    broker = broker_factory(config={"rallypoint.log.storage": "memory"})
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", enable_idempotence=False)
     for i in range(10):
         producer.send("gap", value=b"before-%d" % i, partition=0)
