@@ -4,6 +4,8 @@
                                               [--compression none] [--acks all]
 
 Starts its own broker process (127.0.0.1, free port, temp data dir) and prints msgs/s and MB/s.
+``python -m bench`` runs it with durable topic data (the default) and memory-only data, and
+times a restart on 1 GiB of topic data (``restart_rows``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from bench.common import summarize
 from tests.support import BrokerProcess, create_topic
 
 
-def unbounded_broker(data_dir: Path) -> BrokerProcess:
+def unbounded_broker(data_dir: Path, storage: str = "disk") -> BrokerProcess:
     """A started broker that keeps every produced byte (no per-partition retention bound)."""
-    return BrokerProcess(data_dir=data_dir, config={"log.retention.bytes": "-1"}).start()
+    return BrokerProcess(
+        data_dir=data_dir, config={"log.retention.bytes": "-1", "rallypoint.log.storage": storage}
+    ).start()
 
 
 def main() -> None:
@@ -106,19 +110,117 @@ def measure(
 def run(quick: bool = False) -> list[dict[str, Any]]:
     """Entry point for ``python -m bench``."""
     rows = []
-    for compression in ("none", "zstd"):
+    for compression, storage in (("none", "disk"), ("none", "memory"), ("zstd", "disk")):
         args = argparse.Namespace(
             messages=50_000 if quick else 200_000, size=100, partitions=4, compression=compression, acks="all"
         )
         prod, cons = [], []
         for _ in range(2 if quick else 3):
-            with tempfile.TemporaryDirectory() as tmp, unbounded_broker(Path(tmp)) as broker:
+            with tempfile.TemporaryDirectory() as tmp, unbounded_broker(Path(tmp), storage) as broker:
                 p, c = measure(broker, args)
             prod.append(p)
             cons.append(c)
-        label = f"{args.messages:,} × {args.size} B, 4 partitions, acks=all, compression {compression}"
+        label = (
+            f"{args.messages:,} × {args.size} B, 4 partitions, acks=all, compression {compression}, "
+            f"{'durable' if storage == 'disk' else 'memory-only'} data"
+        )
         rows.append({"name": f"produce (confluent-kafka), {label}", "unit": "msgs/s", "stats": summarize(prod)})
         rows.append({"name": f"consume (confluent-kafka), {label}", "unit": "msgs/s", "stats": summarize(cons)})
+    for kind in ("produce", "consume"):
+        disk = next(r for r in rows if r["name"].startswith(kind) and "none, durable" in r["name"])
+        mem = next(r for r in rows if r["name"].startswith(kind) and "none, memory-only" in r["name"])
+        rows.append(
+            {
+                "name": f"{kind}: durable / memory-only (medians, compression none)",
+                "unit": "ratio",
+                "stats": summarize([disk["stats"]["median"] / mem["stats"]["median"]]),
+            }
+        )
+    rows.extend(restart_rows(quick))
+    return rows
+
+
+def write_topic_data(
+    data_dir: Path, topic: str, partitions: int, total_bytes: int, batch_bytes: int = 64 * 1024
+) -> int:
+    """Append ``total_bytes`` of record batches (``batch_bytes`` each, 1 KiB records) straight
+    into the segment files of an existing topic of a stopped broker, as the broker writes them
+    (1 GiB segments); returns the batches written."""
+    from rallypoint.protocol.records import Record, encode_batch
+    from rallypoint.topics.segment_files import partition_dir_name
+
+    value = b"v" * 1000
+    per_batch = max(1, batch_bytes // 1024)
+    batches = 0
+    for p in range(partitions):
+        pdir = data_dir / partition_dir_name(topic, p)
+        seg = next(iter(sorted(pdir.glob("*.log"))))
+        offset = 1  # after the one record the broker wrote
+        with open(seg, "ab") as f:
+            written = 0
+            while written < total_bytes // partitions:
+                recs = [Record(offset + i, 1_700_000_000_000 + offset + i, None, value) for i in range(per_batch)]
+                b = encode_batch(recs, base_offset=offset)
+                f.write(b)
+                written += len(b)
+                offset += per_batch
+                batches += 1
+    return batches
+
+
+def restart_rows(quick: bool) -> list[dict[str, Any]]:
+    """Time to the first answer of a broker restarting on 1 GiB of topic data (4 partitions,
+    64 KiB batches), after a clean shutdown and after a kill (CRCs checked then)."""
+    from bench.startup import _api_versions_answered
+    from tests.support import wait_until
+
+    size = (256 if quick else 1024) * 1024 * 1024
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp)
+        broker = BrokerProcess(data_dir=data, config={"log.retention.bytes": "-1"}).start()
+        create_topic(broker, "big", 4)
+        p = Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(4):
+            p.produce("big", b"first", partition=i)  # opens each partition's first segment
+        assert p.flush(30) == 0
+        del p
+        broker.stop()
+        batches = write_topic_data(data, "big", 4, size)
+        (data / ".kafka_cleanshutdown").unlink(missing_ok=True)
+        for label in ("after a kill (CRCs checked)", "after a clean shutdown"):
+            samples: list[float] = []
+            load_ms: list[float] = []
+            for _ in range(1 if quick else 3):
+                broker = BrokerProcess(data_dir=data, config={"log.retention.bytes": "-1"}, start_timeout_s=120)
+                t0 = time.perf_counter()
+                broker.start()
+                wait_until(lambda b=broker: _api_versions_answered(b.port), 120, "an answer", step=0.001)
+                samples.append((time.perf_counter() - t0) * 1000)
+                [loaded] = broker.events("topic data loaded")
+                assert loaded["batches"] >= batches, loaded
+                load_ms.append(loaded["ms"])
+                if label.startswith("after a kill"):
+                    broker.kill()
+                else:
+                    broker.stop()
+            if label.startswith("after a kill"):
+                broker = BrokerProcess(data_dir=data, config={"log.retention.bytes": "-1"}).start()
+                broker.stop()  # leaves the clean-shutdown marker for the next rows
+            rows.append(
+                {
+                    "name": f"restart to first answer, {size >> 20} MiB of topic data, {label}",
+                    "unit": "ms",
+                    "stats": summarize(samples),
+                }
+            )
+            rows.append(
+                {
+                    "name": f"… of which loading the {batches:,} batches' headers ({label})",
+                    "unit": "ms",
+                    "stats": summarize(load_ms),
+                }
+            )
     return rows
 
 

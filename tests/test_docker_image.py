@@ -344,8 +344,17 @@ def test_image_serves_clients_and_keeps_offsets_across_restart(
     topics2 = md2["topics"]
     assert isinstance(topics2, list) and topics2[0]["topic_id"] == topic_id, "the volume did not keep the topic"
     if produced:
-        # The offset sequence continues after a restart (docs/data-plane.md: topics.json).
+        # The records survive in the volume (docs/data-plane.md, "Durable topic data").
         assert high_watermarks(bootstrap, "image-topic", [0, 1]) == produced
+        assert sorted(consume_assigned(bootstrap, "image-topic", [0, 1], len(values))) == sorted(values)
+        # ... and a SIGKILL of the container's broker loses nothing acknowledged either.
+        more = [f"w{i}".encode() for i in range(20)]
+        produce(bootstrap, "image-topic", more)
+        podman.run("kill", "--signal", "KILL", name, timeout=60)
+        podman.run("start", name)
+        print(f"healthy after a SIGKILL in {ctr.wait_healthy():.1f}s")
+        got = consume_assigned(bootstrap, "image-topic", [0, 1], len(values) + len(more))
+        assert sorted(got) == sorted(values + more), "records lost across a SIGKILL of the container"
     if committed:
         logs = ctr.exec("find", DATA_VOLUME, "-maxdepth", "1", "-name", "__consumer_offsets-*").stdout.split()
         if not logs:

@@ -1,23 +1,26 @@
-"""One partition's in-memory log: opaque record batches, offsets, retention, waiters.
+"""One partition's log: record batches, offsets, retention, compaction, waiters.
 
-Batches are kept as bytes with their base offset already patched in.  The high watermark is
-the log end offset (one replica, acks=all is acks=1), and with no transactions the last
-stable offset equals it too.  Retention drops whole oldest batches, advancing the log start
-offset: while the partition holds more than ``retention.bytes`` (never the newest batch), and
-those whose newest record is older than ``retention.ms`` (all of them if need be), for topics
-whose ``cleanup.policy`` holds ``delete``.  Compacted topics are cleaned by
-:mod:`.compaction`; the only segment kept track of in memory is the active one (the batches
-since the last roll), which the cleaner never touches (docs/configs.md, "Retention and
-compaction").
+Batches are kept as bytes with their base offset already patched in: in segment files
+(``files``, durable topic data: :mod:`.segment_files`, docs/data-plane.md, "Durable topic
+data") or in memory.  Either way the per-batch index (base and last offsets, positions,
+timestamps) is in memory, one int64 array per column.  The high watermark is the log end
+offset (one replica, acks=all is acks=1), and with no transactions the last stable offset
+equals it too.  Retention drops whole oldest batches, advancing the log start offset: while the
+partition holds more than ``retention.bytes`` (never the newest batch), and those whose newest
+record is older than ``retention.ms`` (all of them if need be), for topics whose
+``cleanup.policy`` holds ``delete``; on disk a segment file goes once all of it is below the log
+start.  Compacted topics are cleaned by :mod:`.compaction`; the cleaner never touches the
+active segment (docs/configs.md, "Retention and compaction").
 
 Waiters are ``asyncio.Event`` objects of parked fetches; every append (and deletion of the
 partition) sets them, so a long-poll fetch wakes as soon as data arrives.
 
-With a data directory, offsets are handed out only below ``reserved_end``, an end offset the
-topic store has already saved: an append that would pass it first asks ``on_reserve`` to save a
-higher one, so no offset is handed out twice across a crash (docs/data-plane.md, "Restarts").
-After a crash a partition restarts empty with its log start offset below its end offset; a
-fetch inside that gap waits for new data, like a fetch inside a gap of a compacted log.
+In memory with a data directory, offsets are handed out only below ``reserved_end``, an end
+offset the topic store has already saved: an append that would pass it first asks
+``on_reserve`` to save a higher one, so no offset is handed out twice across a crash
+(docs/data-plane.md, "Restarts").  After a crash such a partition restarts empty with its log
+start offset below its end offset; a fetch inside that gap waits for new data, like a fetch
+inside a gap of a compacted log.
 """
 
 from __future__ import annotations
@@ -440,12 +443,8 @@ class PartitionLog:
         the high watermark (OFFSET_OUT_OF_RANGE above it)."""
         if offset <= self.log_start_offset:
             return self.log_start_offset
-        head, last = self._head, len(self._base) - 1
-        while head < last and self._base[head + 1] <= offset:
-            head += 1
-        if head == last and offset >= self.next_offset:
-            head = len(self._base)  # everything goes
-        self._advance_head(head, offset)
+        # the first batch holding an offset at or above it (all of them may go)
+        self._advance_head(bisect.bisect_left(self._last, offset, lo=self._head), offset)
         self.notify()
         return offset
 
@@ -604,6 +603,10 @@ class PartitionLog:
             return False
         if end < len(self._base) and self._base[end] != job.end_base:
             return False
+        if not job.count:  # nothing was handed in: only the cleaner's bookkeeping moves
+            self.first_dirty = max(self.first_dirty, job.end_base)
+            self.latest_delete_horizon = result.latest_delete_horizon
+            return True
         kept_pos = _ints()
         kept_base = _ints()
         kept_last = _ints()
@@ -723,8 +726,7 @@ class PartitionLog:
         self._active_since_ms = now_ms
         self.next_offset = max(self.next_offset, log_start_offset)
         if log_start_offset > self.log_start_offset:
-            head = bisect.bisect_right(self._last, log_start_offset - 1)
-            self._advance_head(min(head, len(self._base)), log_start_offset)
+            self._advance_head(bisect.bisect_left(self._last, log_start_offset, lo=self._head), log_start_offset)
         self.first_dirty = self.log_start_offset
 
 

@@ -182,7 +182,7 @@ class SegmentFiles:
         segment holding ``batches`` (named as the first of them, its first byte at global 0); the later
         segments' global positions shift accordingly.  Kafka's swap protocol, so a crash in the
         middle is finished at the next start (``finish_cleaner_leftovers``).  Returns the shift."""
-        old = [s for s in self.segments if s.end <= upto]
+        old = [s for s in self.segments[:-1] if s.start < upto and s.end <= upto]  # never the active one
         rest = self.segments[len(old) :]
         shift = 0
         new: list[SegmentFile] = []
