@@ -5,7 +5,8 @@
 
 Each input is one broker's data dir (``NAME=DIR`` names it; otherwise the directory's name does);
 that name is the ``broker`` column of every table.  OUT receives one Parquet directory per table
-(segments, commits, offsets_latest, tombstones, generations, group_summary, invariants) and
+(segments, commits, offsets_latest, tombstones, generations, group_summary, invariants, and for
+topic data kept on disk topic_batches and topic_partitions: pipeline/topic_data.py) and
 ``report.html``.
 
 How it runs: the driver lists the segment files itself (Spark's listing hides ``__consumer_offsets-N``
@@ -32,14 +33,24 @@ from typing import TYPE_CHECKING, Any
 if __package__ in (None, ""):  # run as a script by spark-submit: make the packages importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rallypoint.pipeline import decode  # after the sys.path fix above
+from rallypoint.pipeline import decode, topic_data  # after the sys.path fix above
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 STAGING = "staging-decoded"
-TABLES = ("segments", "commits", "offsets_latest", "tombstones", "generations", "group_summary", "invariants")
-SMALL_TABLES = frozenset({"segments", "group_summary", "invariants"})  # one Parquet file each
+TABLES = (
+    "segments",
+    "commits",
+    "offsets_latest",
+    "tombstones",
+    "generations",
+    "group_summary",
+    "invariants",
+    "topic_batches",
+    "topic_partitions",
+)
+SMALL_TABLES = frozenset({"segments", "group_summary", "invariants", "topic_partitions"})  # one Parquet file each
 
 
 @dataclass(frozen=True)
@@ -98,12 +109,14 @@ def run(spark: SparkSession, inputs: Sequence[Input], out: Path, *, report: bool
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     files: list[decode.SegmentFile] = []
+    topic_files: list[topic_data.TopicSegment] = []
     for inp in inputs:
         found = decode.find_segments(inp.broker, inp.data_dir)
         if not found:
             print(f"rallypoint report: no __consumer_offsets segments in {inp.data_dir}", file=sys.stderr)
         files += found
-    total = sum(f.size for f in files)
+        topic_files += topic_data.find_topic_segments(inp.broker, inp.data_dir)
+    total = sum(f.size for f in files) + sum(f.size for f in topic_files)
     parallelism = spark.sparkContext.defaultParallelism
     # few shuffle partitions for small logs: each one is a task per stage (AQE coalesces further)
     spark.conf.set("spark.sql.shuffle.partitions", str(max(parallelism, min(200, total // (32 << 20)))))
@@ -112,7 +125,7 @@ def run(spark: SparkSession, inputs: Sequence[Input], out: Path, *, report: bool
     decoded_frame(spark, files).write.mode("overwrite").parquet(staging.as_uri())
     decoded = spark.read.schema(spark_schema()).parquet(staging.as_uri())
     t2 = time.monotonic()
-    tables = build_and_write(spark, decoded, out)
+    tables = build_and_write(spark, decoded, out, topic_data.batches_frame(spark, topic_files))
     counters = counters_of(tables)
     t3 = time.monotonic()
     if report:
@@ -132,14 +145,19 @@ def run(spark: SparkSession, inputs: Sequence[Input], out: Path, *, report: bool
     return counters
 
 
-def build_and_write(spark: SparkSession, decoded: DataFrame, out: Path) -> dict[str, DataFrame]:
+def build_and_write(
+    spark: SparkSession, decoded: DataFrame, out: Path, topic_batches: DataFrame
+) -> dict[str, DataFrame]:
     from rallypoint.pipeline import tables as tables_mod
 
     def save(name: str, df: DataFrame) -> DataFrame:
         (df.coalesce(1) if name in SMALL_TABLES else df).write.mode("overwrite").parquet((out / name).as_uri())
         return spark.read.parquet((out / name).as_uri())
 
-    return tables_mod.build(decoded, save)
+    tables = tables_mod.build(decoded, save)
+    tables["topic_batches"] = save("topic_batches", topic_batches)
+    tables["topic_partitions"] = save("topic_partitions", topic_data.partitions_table(tables["topic_batches"]))
+    return tables
 
 
 def counters_of(tables: dict[str, DataFrame]) -> dict[str, Any]:
@@ -159,6 +177,7 @@ def counters_of(tables: dict[str, DataFrame]) -> dict[str, Any]:
     c["commits"] = tables["commits"].count()
     c["offsets_latest"] = tables["offsets_latest"].count()
     c["groups"] = tables["group_summary"].count()
+    c["topic_partitions"] = tables["topic_partitions"].count()
     c["invariant_violations"] = int(
         tables["invariants"].agg(F.coalesce(F.sum("violations"), F.lit(0))).first()[0]  # type: ignore[index]
     )

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 TOP_GROUPS = 15
+TOP_PARTITIONS = 12  # topic partitions drawn in the topic-data chart
 MAX_ROWS = 200
 # candidate time buckets for the commit-activity chart, smallest first (ms)
 BUCKETS_MS = (1_000, 10_000, 60_000, 600_000, 3_600_000, 86_400_000)
@@ -37,6 +38,9 @@ class ReportData:
     invariant_failures: pd.DataFrame
     segment_status: pd.DataFrame  # broker, status, segments, bytes
     bad_segments: pd.DataFrame
+    topic_partitions: pd.DataFrame = field(default_factory=pd.DataFrame)  # topic data kept on disk
+    topic_activity: pd.DataFrame = field(default_factory=pd.DataFrame)  # broker, topic, partition, bucket, records
+    topic_bucket_ms: int = 60_000
     generated_at: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
 
 
@@ -117,7 +121,41 @@ def collect(tables: dict[str, DataFrame], inputs: list[tuple[str, str]]) -> Repo
         .sort_values(["broker", "log_partition", "base_offset"])
         .head(MAX_ROWS)
     )
-    return ReportData(inputs, totals, bucket, activity, gens_pd, top, inv_pd, inv_fail, seg_status, bad_seg)
+    tp = cast(pd.DataFrame, tables["topic_partitions"].toPandas())
+    topic_bucket = 60_000
+    topic_act = pd.DataFrame(columns=["broker", "topic", "partition", "bucket", "records"])
+    if len(tp):
+        from rallypoint.pipeline import topic_data
+
+        top_parts = tp.sort_values("records", ascending=False).head(TOP_PARTITIONS)
+        span = int(tp["last_timestamp"].max() - tp["first_timestamp"].min())
+        topic_bucket = _pick_bucket(span)
+        part_keys = sorted(
+            f"{b}\x00{t}\x00{p}"
+            for b, t, p in zip(top_parts["broker"], top_parts["topic"], top_parts["partition"], strict=True)
+        )
+        batches = tables["topic_batches"].where(
+            F.concat_ws("\x00", "broker", "topic", F.col("partition").cast("string")).isin(part_keys)
+        )
+        topic_act = topic_data.activity(batches, topic_bucket)
+        totals["topic_partitions"] = len(tp)
+        totals["topic_records"] = int(tp["records"].sum())
+        totals["topic_bytes"] = int(tp["bytes"].sum())
+    return ReportData(
+        inputs,
+        totals,
+        bucket,
+        activity,
+        gens_pd,
+        top,
+        inv_pd,
+        inv_fail,
+        seg_status,
+        bad_seg,
+        tp,
+        topic_act,
+        topic_bucket,
+    )
 
 
 # --- rendering ----------------------------------------------------------------------------------
@@ -226,6 +264,50 @@ def _segment_chart(d: ReportData) -> str:
     return _png(fig)
 
 
+def _topic_chart(d: ReportData) -> str:
+    import matplotlib.pyplot as plt
+
+    if d.topic_activity.empty:
+        return ""
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    for (broker, topic, partition), part in d.topic_activity.groupby(["broker", "topic", "partition"]):
+        ax.plot(_ts(part["bucket"]), part["records"], marker=".", label=f"{topic}-{partition} @{broker}")
+    ax.set_ylabel(f"records per {d.topic_bucket_ms // 1000}s")
+    ax.set_xlabel("batch time (UTC, the batch's largest timestamp)")
+    ax.legend(loc="upper left", fontsize="x-small", ncol=2)
+    ax.grid(alpha=0.3)
+    fig.autofmt_xdate()
+    return _png(fig)
+
+
+def _topic_section(d: ReportData) -> list[str]:
+    if d.topic_partitions.empty:
+        return ["<h2>Topic data</h2>", "<p class=muted>no topic data on disk (rallypoint.log.storage=memory?)</p>"]
+    per_topic = (
+        d.topic_partitions.groupby(["broker", "topic"], as_index=False)
+        .agg(partitions=("partition", "size"), records=("records", "sum"), bytes=("bytes", "sum"))
+        .sort_values(["broker", "topic"])
+    )
+    cols = [
+        "broker",
+        "topic",
+        "partition",
+        "batches",
+        "records",
+        "bytes",
+        "first_offset",
+        "last_offset",
+        "records_per_second",
+        "crc_errors",
+    ]
+    return [
+        "<h2>Topic data</h2>",
+        _table(per_topic),
+        _topic_chart(d),
+        _table(d.topic_partitions[cols].head(MAX_ROWS)),
+    ]
+
+
 CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1100px}
 h1{font-size:1.5em} h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
@@ -253,6 +335,11 @@ def render(d: ReportData) -> str:
         ("damaged segments", f"{damaged:,}"),
         ("undecodable records", f"{t.get('bad_records', 0):,}"),
         ("invariant failures (groups)", f"{failed:,}"),
+        (
+            "topic data",
+            f"{t.get('topic_records', 0):,} records, {t.get('topic_bytes', 0):,} bytes "
+            f"in {t.get('topic_partitions', 0):,} partitions",
+        ),
     ]
     kv_html = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in kv)
     inv_status = (
@@ -306,6 +393,7 @@ def render(d: ReportData) -> str:
         _segment_chart(d),
         _table(d.segment_status, "no segments"),
         _table(d.bad_segments, "no damaged segments"),
+        *_topic_section(d),
         "</body></html>",
     ]
     return "\n".join(parts)
