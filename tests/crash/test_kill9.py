@@ -46,12 +46,14 @@ def test_kill9_commit_storm(tmp_path: Path) -> None:
 
 
 def test_the_checks_catch_a_broker_that_forgets(tmp_path: Path) -> None:
-    """A restart that loses the offsets log and moves end offsets back must be reported:
-    the suite's checks can fail."""
+    """A restart that loses the offsets log and the topic data and moves end offsets back must
+    be reported: the suite's checks can fail."""
     data = tmp_path / "data"
 
     def forget(data_dir: Path) -> None:
         for seg in data_dir.glob("__consumer_offsets-*/*.log"):
+            seg.unlink()
+        for seg in data_dir.glob("*-*/*.log"):  # topic data (docs/data-plane.md, "Durable topic data")
             seg.unlink()
         state_file = data_dir / "topics.json"
         state = json.loads(state_file.read_text())
