@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from rallypoint.protocol import consumer_group_records as cgr
 from rallypoint.protocol import offsets_schema as schema
 from rallypoint.protocol import records as rec
 from rallypoint.protocol.consumer_protocol import ConsumerProtocolError, decode_assignment, decode_subscription
@@ -91,6 +92,10 @@ ARROW_SCHEMA = pa.schema(
         ("leader", pa.string()),
         ("current_state_timestamp", pa.int64()),
         ("members", pa.list_(MEMBER)),
+        # consumer-group (KIP-848) records: which record, its member (if any); the epoch it
+        # carries goes in ``generation``
+        ("record_type", pa.string()),
+        ("member_id", pa.string()),
         # kind = bad / segment
         ("error", pa.string()),
         # kind = segment
@@ -218,6 +223,7 @@ KIND_COLUMNS: dict[str, tuple[str, ...]] = {
         "members",
     ),
     "marker": (*_COMMON, "control_type"),
+    "consumer": (*_COMMON, "key_version", "record_type", "group", "member_id", "generation"),
     "other": (*_COMMON, "key_version"),
     "bad": (*_COMMON, "error"),
     "segment": (
@@ -248,6 +254,24 @@ def _to_batch(kind: str, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
         pa.array(cols[name], type=_TYPES[name]) if name in cols else pa.nulls(n, type=_TYPES[name]) for name in COLUMNS
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def _consumer_fields(key: bytes, value: bytes | None) -> tuple[str, str, str | None, int | None]:
+    """(record type name, group, member id, epoch) of a consumer-group record (KIP-848): the
+    group epoch, the target assignment epoch or the member epoch, whichever the record holds.
+    Raises OffsetsSchemaError for bytes that do not decode (a ``bad`` row)."""
+    try:
+        k, val = cgr.decode_record(key, value)
+    except (cgr.ConsumerRecordError, ValueError, IndexError) as e:
+        raise schema.OffsetsSchemaError(f"consumer-group record: {e}") from None
+    epoch: int | None = None
+    if isinstance(val, cgr.GroupMetadataValue):
+        epoch = val.epoch
+    elif isinstance(val, cgr.TargetAssignmentMetadataValue):
+        epoch = val.assignment_epoch
+    elif isinstance(val, cgr.CurrentMemberAssignmentValue):
+        epoch = val.member_epoch
+    return cgr.RECORD_NAMES[k.record_type], k.group_id, getattr(k, "member_id", None), epoch
 
 
 def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
@@ -337,7 +361,9 @@ def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[p
                                     [_member_row(m, consumer) for m in g.members],
                                 )
                             )
-                    else:  # UnknownKey: KIP-848 / share-group records, skipped as Kafka's Scala loader does
+                    elif cgr.is_consumer_record_type(key.version):
+                        buffers["consumer"].append(("consumer", *common, key.version, *_consumer_fields(k, v)))
+                    else:  # UnknownKey: share-group records, skipped as Kafka's Scala loader does
                         buffers["other"].append(("other", *common, key.version))
                         n_other += 1
                 except schema.OffsetsSchemaError as e:

@@ -5,7 +5,8 @@
 
 Each input is one broker's data dir (``NAME=DIR`` names it; otherwise the directory's name does);
 that name is the ``broker`` column of every table.  OUT receives one Parquet directory per table
-(segments, commits, offsets_latest, tombstones, generations, group_summary, invariants, and for
+(segments, commits, offsets_latest, tombstones, generations, group_summary, invariants,
+consumer_group_records, and for
 topic data kept on disk topic_batches and topic_partitions: pipeline/topic_data.py) and
 ``report.html``.
 
@@ -47,6 +48,7 @@ TABLES = (
     "generations",
     "group_summary",
     "invariants",
+    "consumer_group_records",
     "topic_batches",
     "topic_partitions",
 )
@@ -178,6 +180,7 @@ def counters_of(tables: dict[str, DataFrame]) -> dict[str, Any]:
     c["offsets_latest"] = tables["offsets_latest"].count()
     c["groups"] = tables["group_summary"].count()
     c["topic_partitions"] = tables["topic_partitions"].count()
+    c["consumer_group_records"] = tables["consumer_group_records"].count()
     c["invariant_violations"] = int(
         tables["invariants"].agg(F.coalesce(F.sum("violations"), F.lit(0))).first()[0]  # type: ignore[index]
     )

@@ -41,6 +41,7 @@ class ReportData:
     topic_partitions: pd.DataFrame = field(default_factory=pd.DataFrame)  # topic data kept on disk
     topic_activity: pd.DataFrame = field(default_factory=pd.DataFrame)  # broker, topic, partition, bucket, records
     topic_bucket_ms: int = 60_000
+    consumer_epochs: pd.DataFrame = field(default_factory=pd.DataFrame)  # broker, group, timestamp, epoch
     generated_at: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
 
 
@@ -141,6 +142,19 @@ def collect(tables: dict[str, DataFrame], inputs: list[tuple[str, str]]) -> Repo
         totals["topic_partitions"] = len(tp)
         totals["topic_records"] = int(tp["records"].sum())
         totals["topic_bytes"] = int(tp["bytes"].sum())
+    cg = tables["consumer_group_records"]
+    epochs = cg.where((F.col("record_type") == "consumer_group_metadata") & ~F.col("tombstone"))
+    totals["consumer_group_records"] = cg.count()
+    busiest = [
+        f"{r['broker']}\x00{r['group']}"
+        for r in epochs.groupBy("broker", "group").count().orderBy(F.desc("count"), "broker", "group").head(TOP_GROUPS)
+    ]
+    consumer_epochs = (
+        epochs.where(F.concat_ws("\x00", "broker", "group").isin(busiest))
+        .select("broker", "group", "timestamp", "epoch")
+        .orderBy("broker", "group", "timestamp")
+        .toPandas()
+    )
     return ReportData(
         inputs,
         totals,
@@ -155,6 +169,7 @@ def collect(tables: dict[str, DataFrame], inputs: list[tuple[str, str]]) -> Repo
         tp,
         topic_act,
         topic_bucket,
+        consumer_epochs,
     )
 
 
@@ -212,12 +227,14 @@ def _commit_chart(d: ReportData) -> str:
 def _generations_chart(d: ReportData) -> str:
     import matplotlib.pyplot as plt
 
-    if d.generations.empty:
+    if d.generations.empty and d.consumer_epochs.empty:
         return "<p class=muted>no group metadata records in the log</p>"
     fig, ax = plt.subplots(figsize=(9, 3.6))
     for (broker, group), part in d.generations.groupby(["broker", "group"]):
         ax.step(_ts(part["state_timestamp"]), part["generation"], where="post", marker=".", label=f"{group} @{broker}")
-    ax.set_ylabel("generation")
+    for (broker, group), part in d.consumer_epochs.groupby(["broker", "group"]):
+        ax.step(_ts(part["timestamp"]), part["epoch"], where="post", marker="x", label=f"{group} @{broker} (epoch)")
+    ax.set_ylabel("generation / consumer-group epoch")
     ax.set_xlabel("time the generation began (UTC)")
     ax.legend(loc="upper left", fontsize="x-small", ncol=2)
     ax.grid(alpha=0.3)
@@ -332,6 +349,7 @@ def render(d: ReportData) -> str:
         ("offset commits", f"{t.get('commits', 0):,}"),
         ("groups", f"{t.get('groups', 0):,} ({t.get('deleted_groups', 0):,} deleted)"),
         ("group metadata records", f"{t.get('generation_records', 0):,}"),
+        ("consumer-group (KIP-848) records", f"{t.get('consumer_group_records', 0):,}"),
         ("damaged segments", f"{damaged:,}"),
         ("undecodable records", f"{t.get('bad_records', 0):,}"),
         ("invariant failures (groups)", f"{failed:,}"),
@@ -379,7 +397,7 @@ def render(d: ReportData) -> str:
         f"<table class=kv>{kv_html}</table>",
         "<h2>Commit activity</h2>",
         _commit_chart(d),
-        "<h2>Generations over time (most rebalancing groups)</h2>",
+        "<h2>Generations over time (most rebalancing groups; consumer groups: group epochs)</h2>",
         _generations_chart(d),
         "<h2>Top rebalancing groups</h2>",
         _rebalance_chart(d),

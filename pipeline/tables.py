@@ -492,6 +492,20 @@ def invariants(gens: DataFrame) -> DataFrame:
     )
 
 
+def consumer_group_records(decoded: DataFrame) -> DataFrame:
+    """Consumer-group (KIP-848) records: one row each, with the epoch it carries (group epoch,
+    target assignment epoch or member epoch; null for the other record types)."""
+    return decoded.where(F.col("kind") == "consumer").select(
+        *REC,
+        "timestamp",
+        "record_type",
+        "group",
+        "member_id",
+        F.col("generation").alias("epoch"),
+        "tombstone",
+    )
+
+
 def _same(name: str, df: DataFrame) -> DataFrame:
     return df
 
@@ -515,4 +529,5 @@ def build(decoded: DataFrame, materialize: Callable[[str, DataFrame], DataFrame]
         "group_summary", group_summary(t["generations"], t["commits"], t["tombstones"], t["offsets_latest"])
     )
     t["invariants"] = materialize("invariants", invariants(t["generations"]))
+    t["consumer_group_records"] = materialize("consumer_group_records", consumer_group_records(decoded))
     return t

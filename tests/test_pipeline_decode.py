@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from rallypoint.pipeline import decode
+from rallypoint.protocol import consumer_group_records as cgr
 from rallypoint.protocol import offsets_schema as schema
 from rallypoint.protocol import records as rec
 from rallypoint.storage.recovery import replay_partition
@@ -69,14 +70,29 @@ def test_every_record_kind_decodes(tmp_path: Path) -> None:
     )
     w.append(0, [synth.group_entry("g", 3, [a, b], 1200)], 1200)
     w.append(0, [synth.offset_entry("g", "t", 0, None)], 1300)  # tombstone
-    w.append(0, [(struct.pack(">h", 5) + b"kip-848", b"\x00\x00")], 1400)  # unknown key version
+    w.append(0, [(struct.pack(">h", 11) + b"share", b"\x00\x00")], 1400)  # a share-group key: skipped
+    epoch_key, epoch_value = cgr.encode_record(cgr.GroupMetadataKey("cg"), cgr.GroupMetadataValue(7))
+    member_key, _ = cgr.encode_record(cgr.CurrentMemberAssignmentKey("cg", "m-1"), None)
+    w.append(0, [(epoch_key, epoch_value), (member_key, None)], 1450)  # KIP-848 records
     key = schema.encode_key(schema.OffsetCommitKey("g", "t", 3))
     w.append(0, [(key, b"\x00\x03\x00")], 1500)  # value cut short: undecodable
     w.append(0, [(synth.control_key(True), synth.CONTROL_VALUE)], 1600, producer_id=5, transactional=True, control=True)
     out = rows(only_segment(tmp_path))
     kinds = [r["kind"] for r in out]
-    assert kinds == ["offset", "offset", "group", "offset", "other", "bad", "marker", "segment"]
-    c0, c1, g, tomb, other, bad, marker, seg = out
+    assert kinds == ["offset", "offset", "group", "offset", "other", "consumer", "consumer", "bad", "marker", "segment"]
+    c0, c1, g, tomb, other, epoch, member, bad, marker, seg = out
+    assert (epoch["record_type"], epoch["group"], epoch["generation"], epoch["tombstone"]) == (
+        "consumer_group_metadata",
+        "cg",
+        7,
+        False,
+    )
+    assert (member["record_type"], member["member_id"], member["generation"], member["tombstone"]) == (
+        "consumer_group_current_member_assignment",
+        "m-1",
+        None,
+        True,
+    )
     assert (c0["group"], c0["topic"], c0["partition"], c0["offset"], c0["commit_timestamp"]) == ("g", "t", 0, 42, 1111)
     assert (c0["value_version"], c0["expire_timestamp"], c0["key_version"]) == (3, None, 1)
     assert (c1["value_version"], c1["expire_timestamp"]) == (1, 9999)
@@ -87,13 +103,13 @@ def test_every_record_kind_decodes(tmp_path: Path) -> None:
     assert ma["assigned"] == [{"topic": "t", "partitions": [0, 1]}] and ma["assigned_partitions"] == 2
     assert mb["subscribed_topics"] == ["t"] and mb["protocol_error"] is None
     assert tomb["tombstone"] and tomb["offset"] is None and tomb["value_version"] is None
-    assert other["key_version"] == 5
+    assert other["key_version"] == 11
     assert "truncated" in bad["error"] or "need" in bad["error"]
     assert (marker["control_type"], marker["producer_id"], marker["transactional"]) == (1, 5, True)
     assert seg["status"] == "ok" and seg["error"] is None
-    assert (seg["batches"], seg["records"], seg["bad_records"], seg["other_records"]) == (6, 7, 1, 1)
+    assert (seg["batches"], seg["records"], seg["bad_records"], seg["other_records"]) == (7, 9, 1, 1)
     assert seg["valid_bytes"] == seg["size_bytes"] == os.path.getsize(seg["path"])
-    assert (seg["first_offset"], seg["last_offset"]) == (0, 6)
+    assert (seg["first_offset"], seg["last_offset"]) == (0, 8)
 
 
 def test_members_with_bad_consumer_protocol_bytes_are_flagged(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ def write_crafted(data_dir: Path) -> None:
     worker = schema.MemberMetadata("W", None, "c", "h", 1, 1, b"opaque", b"opaque")
     put(ge("g-connect", 1, [worker], T0 + 500, protocol_type="connect", protocol="default"), 500)
     put(off("g-simple", "u", 3, 333, T0 + 600), 600)
-    put((struct.pack(">h", 5) + b"kip-848 record", b"\x00\x00"), 700)  # unknown key version
+    put((struct.pack(">h", 11) + b"share-group record", b"\x00\x00"), 700)  # a key the pipeline skips
     put((schema.encode_key(schema.OffsetCommitKey("g-bad", "t", 0)), b"\x00\x03"), 800)  # undecodable value
 
     # partition 1: a second segment whose offsets overlap the first one's (the broker refuses to

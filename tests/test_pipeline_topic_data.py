@@ -77,3 +77,42 @@ def test_report_tables_and_section(spark: Any, tmp_path: Path) -> None:  # noqa:
     html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     section = html.split("<h2>Topic data</h2>")[1]
     assert "audit.log" in section and 'src="data:image/png;base64,' in section  # the records-over-time chart
+
+
+def test_consumer_group_records_are_decoded_into_their_table_and_the_report(
+    spark: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """KIP-848 records are decoded (not counted as unknown keys): consumer_group_records holds each
+    with its epoch, and the generations chart gains the group epochs."""
+    from rallypoint.protocol import consumer_group_records as cgr
+
+    from tests.support import offsets_synth as synth
+
+    data = tmp_path / "b2"
+    w = synth.LogWriter(data, 1)
+    for i, epoch in enumerate((1, 2, 3)):
+        w.append(0, [cgr.encode_record(cgr.GroupMetadataKey("cg"), cgr.GroupMetadataValue(epoch))], T0 + i * 1000)
+        w.append(
+            0,
+            [cgr.encode_record(cgr.TargetAssignmentMetadataKey("cg"), cgr.TargetAssignmentMetadataValue(epoch, T0))],
+            T0 + i * 1000 + 1,
+        )
+    w.append(0, [cgr.encode_record(cgr.GroupMetadataKey("cg"), None)], T0 + 5000)  # deleted
+    counters = job.run(spark, job.parse_inputs([f"b2={data}"]), tmp_path / "out")
+    assert counters["consumer_group_records"] == 7
+    rows = spark.read.parquet(str(tmp_path / "out" / "consumer_group_records")).orderBy("log_offset").collect()
+    assert [(r["record_type"], r["epoch"], r["tombstone"]) for r in rows] == [
+        ("consumer_group_metadata", 1, False),
+        ("consumer_group_target_assignment_metadata", 1, False),
+        ("consumer_group_metadata", 2, False),
+        ("consumer_group_target_assignment_metadata", 2, False),
+        ("consumer_group_metadata", 3, False),
+        ("consumer_group_target_assignment_metadata", 3, False),
+        ("consumer_group_metadata", None, True),
+    ]
+    segments = spark.read.parquet(str(tmp_path / "out" / "segments")).collect()
+    assert sum(s["other_records"] for s in segments) == 0
+    html = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "consumer-group (KIP-848) records</td><td>7<" in html
+    assert "no group metadata records" not in html  # the epochs are drawn

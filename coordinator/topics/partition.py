@@ -183,6 +183,11 @@ class PartitionLog:
         return self._end_pos - (self._pos[self._head] if self._head < len(self._pos) else self._end_pos)
 
     @property
+    def layout_version(self) -> int:
+        """Bumped whenever batches before the active segment go or change."""
+        return self._version
+
+    @property
     def batch_count(self) -> int:
         return len(self._base) - self._head
 

@@ -508,7 +508,12 @@ class TopicStore:
         if not plog.needs_cleaning(now, p):
             return False
         job = plog.clean_job(now, p, self.max_uncompressed)
-        result = await asyncio.get_running_loop().run_in_executor(None, job.run)
+        try:
+            result = await asyncio.get_running_loop().run_in_executor(None, job.run)
+        except OSError:
+            if plog.deleted or job.version != plog.layout_version:
+                return False  # a segment it read went meanwhile (deletion, retention): the next pass starts again
+            raise
         if plog.deleted or not plog.apply_clean(job, result):
             return False
         self._log_cleaned(plog, result)
