@@ -51,6 +51,9 @@ def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     consumer_groups.machine.classic_members = lambda gid: (
         len(g.members) if (g := groups.machine.groups.get(gid)) is not None else None
     )
+    # online upgrade of a live classic group (docs/consumer-groups.md, "Classic groups")
+    consumer_groups.machine.classic_snapshot = groups.upgrade_snapshot
+    consumer_groups.convert_classic = groups.convert_to_consumer
     offsets_log.consumer_loader = consumer_groups.load_raw
     offsets_log.pending_loader = groups.load_pending  # transactional offsets awaiting a marker
     transactions = TransactionsRuntime(

@@ -9,7 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rallypoint.groups.consumer import ConsumerGroup, ConsumerGroupConfig, ConsumerGroupMachine, StaticTopics
-from rallypoint.groups.consumer_events import ConsumerHeartbeat, ConsumerHeartbeatResult, PersistConsumer
+from rallypoint.groups.consumer_events import (
+    ConsumerHeartbeat,
+    ConsumerHeartbeatResult,
+    ConvertClassic,
+    PersistConsumer,
+)
 from rallypoint.groups.events import ArmTimer, CancelTimer, Note, Respond, TimerKey, Transition
 from rallypoint.protocol.consumer_group_records import ConsumerRecord
 from rallypoint.protocol.errors import ErrorCode
@@ -35,6 +40,8 @@ class Harness:
     hold_writes: bool = False
     held: list[PersistConsumer] = field(default_factory=list)
     responses: dict[int, Any] = field(default_factory=dict)
+    # ConvertClassic effects: (group id, records persisted before it)
+    converted: list[tuple[str, int]] = field(default_factory=list)
     _token: int = 0
 
     def __post_init__(self) -> None:
@@ -58,6 +65,8 @@ class Harness:
                 if self.fail_writes is None:
                     self.log.extend(e.records)
                 queue.extend(self.machine.persist_done(e.persist_id, self.fail_writes, self.now))
+            elif isinstance(e, ConvertClassic):
+                self.converted.append((e.group_id, len(self.log)))
             elif isinstance(e, Transition):
                 self.transitions.append(e)
             elif isinstance(e, Note):

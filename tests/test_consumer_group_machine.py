@@ -801,6 +801,55 @@ def test_upgrade_records_from_a_classic_group(h: Harness) -> None:
     assert down.machine.upgrade_records(snap) == E.GROUP_ID_NOT_FOUND
 
 
+def test_a_consumer_join_upgrades_a_live_classic_group(h: Harness) -> None:
+    """The wired upgrade: a consumer-protocol join for a group id a live classic group holds
+    asks the classic side to hand it over (ConvertClassic, before any record is persisted),
+    writes the upgrade records, arms each classic member's session timer with its classic
+    session timeout, then joins; a failed write undoes the consumer group."""
+    from rallypoint.groups.consumer_events import ClassicGroupSnapshot, ClassicMemberSnapshot
+    from rallypoint.protocol.consumer_protocol import Assignment, TopicPartitions, encode_assignment
+
+    snap = ClassicGroupSnapshot(
+        "g",
+        4,
+        "consumer",
+        "range",
+        (
+            ClassicMemberSnapshot(
+                "c1",
+                None,
+                "cid",
+                "/h",
+                7000,
+                20000,
+                (("range", _subscription(["t"])),),
+                encode_assignment(Assignment(0, (TopicPartitions("t", (0, 1, 2, 3, 4, 5)),))),
+            ),
+        ),
+    )
+    h.machine.classic_members = lambda gid: 1 if gid == "g" else None
+    h.machine.classic_snapshot = lambda gid: snap if gid == "g" else None
+    n = Client(h, "n", ["t"])
+    r = n.join()
+    assert r.error == E.NONE and r.member_epoch == 5
+    assert h.converted == [("g", 0)]  # handed over before the first record reached the log
+    assert h.timers[ConsumerMemberKey("session", "g", "c1")] == h.now + 7000
+    assert any(note.event == "consumer_group.upgraded" for note in h.notes)
+    assert set(h.group().members) == {"c1", "n"}
+    # no snapshot (the classic side cannot hand it over): GROUP_ID_NOT_FOUND, nothing written
+    other = Harness()
+    other.machine.classic_members = lambda gid: 2
+    before = len(other.log)
+    assert Client(other, "x", ["t"]).join().error == E.GROUP_ID_NOT_FOUND
+    assert len(other.log) == before and not other.converted
+    # a failed write: the consumer group is gone again
+    failing = Harness(fail_writes=E.NOT_COORDINATOR)
+    failing.machine.classic_members = lambda gid: 1
+    failing.machine.classic_snapshot = lambda gid: snap
+    assert Client(failing, "n", ["t"]).join().error == E.NOT_COORDINATOR
+    assert "g" not in failing.machine.groups
+
+
 def test_load_refuses_a_record_giving_a_partition_two_owners(h: Harness) -> None:
     from rallypoint.protocol.consumer_group_records import CurrentMemberAssignmentValue, EpochTopicPartitions
 

@@ -396,3 +396,45 @@ def test_classic_member_in_a_consumer_group(fast_broker: BrokerProcess, members:
     assert own.violations == []
     old.close()
     assert all(not m.errors for m in members), [m.errors for m in members]
+
+
+def test_rolling_upgrade_of_a_classic_group(fast_broker: BrokerProcess, members: list[Member]) -> None:
+    """Two classic confluent consumers (range, no user data); one is restarted with
+    ``group.protocol=consumer``: the live classic group becomes a consumer group at once
+    (Kafka's online upgrade: the classic member stays, through the classic protocol), everyone
+    keeps consuming, no partition is owned twice, and the group stays a consumer group when the
+    last classic member leaves (docs/consumer-groups.md, "Classic groups")."""
+    create_topic(fast_broker, "cg-up", 6)
+    produce(fast_broker, "cg-up", 60)
+    own = Ownership()
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    classic = {
+        "group.protocol": "classic",
+        "partition.assignment.strategy": "range",
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 300,
+    }
+    a = Member(fast_broker, group, ["cg-up"], "a", own, **classic)
+    b = Member(fast_broker, group, ["cg-up"], "b", own, **classic)
+    members += [a, b]
+    wait_until(lambda: len(a.owned()) == 3 and len(b.owned()) == 3, 60, "a classic 3 + 3")
+    assert str(_describe(fast_broker, group).type).endswith("CLASSIC")
+    wait_until(lambda: sum(len(m.messages) for m in members) == 60, 60, "the first 60 messages")
+    b.close()  # b restarts with the consumer protocol, before its session times out
+    b2 = Member(fast_broker, group, ["cg-up"], "b2", own)
+    members.append(b2)
+    wait_until(lambda: str(_describe(fast_broker, group).type).endswith("CONSUMER"), 60, "a consumer group")
+    upgraded = [e for e in fast_broker.events("consumer_group.upgraded") if e["group"] == group]
+    assert len(upgraded) == 1
+    wait_until(lambda: len(a.owned()) + len(b2.owned()) == 6 and b2.owned(), 60, "all 6 owned, b2 among the owners")
+    produce(fast_broker, "cg-up", 60)
+    wait_until(lambda: sum(len(m.messages) for m in members) == 120, 60, "the next 60 messages")
+    consumed = [(t, p, o) for m in members for t, p, o in m.messages]
+    assert len(consumed) == len(set(consumed)) == 120  # nothing read twice across the upgrade
+    a.close()  # the last classic member leaves: the group stays a consumer group
+    wait_until(lambda: len(b2.owned()) == 6, 60, "b2 takes over all 6")
+    d = _describe(fast_broker, group)
+    assert str(d.type).endswith("CONSUMER") and len(d.members) == 1
+    assert own.violations == []
+    b2.close()
+    assert all(not m.errors for m in members), [m.errors for m in members]

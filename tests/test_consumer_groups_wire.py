@@ -170,8 +170,75 @@ def test_consumer_group_describe_of_a_classic_group_is_not_found(b: BrokerProces
         join_stable(c, "classic-g")
         r = d(c.call(69, 0, {"group_ids": ["classic-g"]}))["groups"][0]
         assert r["error_code"] == E.GROUP_ID_NOT_FOUND
-        # and a consumer heartbeat cannot take the live classic group over (until migration is served)
+        # a consumer heartbeat cannot take over a live classic group whose assignment is not a
+        # ConsumerProtocol assignment (Kafka's fromClassicGroup fails: GROUP_ID_NOT_FOUND)
         assert join(c, "classic-g", "m", [])["error_code"] == E.GROUP_ID_NOT_FOUND
+
+
+def test_online_upgrade_of_a_live_classic_group(b: BrokerProcess) -> None:
+    """A consumer-protocol join into a Stable classic group (docs/consumer-groups.md, "Classic
+    groups"): the group becomes a consumer group at the classic generation, the classic member
+    stays (STABLE, its partitions), the joiner bumps the epoch; the classic member is told to
+    rejoin; after a restart the log replays the consumer group, not the classic one."""
+    from rallypoint.protocol.consumer_protocol import (
+        Assignment,
+        Subscription,
+        TopicPartitions,
+        encode_assignment,
+        encode_subscription,
+    )
+
+    with WireClient(b.host, b.port) as c:
+        make_topic(c, "up-t", 4)
+        sub = encode_subscription(Subscription(1, ("up-t",)))
+        body = {
+            "group_id": "up-g",
+            "session_timeout": 10_000,
+            "rebalance_timeout": 10_000,
+            "member_id": "",
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": sub}],
+        }
+        r = d(c.call(11, 5, body))
+        body["member_id"] = r["member_id"]
+        r = d(c.call(11, 5, body))
+        classic_id, generation = r["member_id"], r["generation_id"]
+        everything = encode_assignment(Assignment(1, (TopicPartitions("up-t", (0, 1, 2, 3)),)))
+        s = d(
+            c.call(
+                14,
+                3,
+                {
+                    "group_id": "up-g",
+                    "generation_id": generation,
+                    "member_id": classic_id,
+                    "assignments": [{"member_id": classic_id, "assignment": everything}],
+                },
+            )
+        )
+        assert s["error_code"] == 0
+        new_id = str(uuid.uuid4())
+        h = join(c, "up-g", new_id, ["up-t"])
+        assert h["error_code"] == 0, h
+        assert h["member_epoch"] == generation + 1  # the upgrade kept the generation; the join bumped it
+        described = d(c.call(69, 0, {"group_ids": ["up-g"]}))["groups"][0]
+        assert described["error_code"] == 0 and described["group_epoch"] == generation + 1
+        assert {m["member_id"] for m in described["members"]} == {classic_id, new_id}
+        # the classic member must rejoin to give partitions up
+        hb = d(c.call(12, 3, {"group_id": "up-g", "generation_id": generation, "member_id": classic_id}))
+        assert hb["error_code"] == E.REBALANCE_IN_PROGRESS
+        listed = d(c.call(16, 5, {"states_filter": [], "types_filter": []}))["groups"]
+        assert [g["group_type"] for g in listed if g["group_id"] == "up-g"] == ["consumer"]
+    assert len(b.events("consumer_group.upgraded")) == 1
+    b.restart()
+    with WireClient(b.host, b.port) as c:
+        described = d(c.call(69, 0, {"group_ids": ["up-g"]}))["groups"][0]
+        assert described["error_code"] == 0 and described["group_epoch"] == generation + 1
+        assert len(described["members"]) == 2
+        # DescribeGroups answers for a consumer group as Kafka does (Dead, no members), not with
+        # the classic group the log held before the upgrade
+        classic = d(c.call(15, 5, {"groups": ["up-g"]}))["groups"][0]
+        assert (classic["error_code"], classic["group_state"], classic["members"]) == (0, "Dead", [])
 
 
 def test_a_groups_own_heartbeat_interval_set_through_incremental_alter_configs(b: BrokerProcess) -> None:

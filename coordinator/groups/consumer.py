@@ -63,6 +63,7 @@ from .consumer_events import (
     ConsumerEffect,
     ConsumerHeartbeat,
     ConsumerHeartbeatResult,
+    ConvertClassic,
     DescribedConsumerGroup,
     DescribedConsumerMember,
     DescribedTopicPartitions,
@@ -169,6 +170,8 @@ class ConsumerGroupMachine:
         # How many members a *classic* group of this id has (None: no classic group).  Wired by
         # the runtime to the classic coordinator (docs/consumer-groups.md, "Classic groups").
         self.classic_members = classic_members or (lambda _gid: None)
+        # the live classic group of an id, for an online upgrade (None: none, or not upgradable)
+        self.classic_snapshot: Callable[[str], ClassicGroupSnapshot | None] = lambda _gid: None
         # A group's effective dynamic config (group id, name) -> value: its override set with
         # IncrementalAlterConfigs on GROUP, else the broker's default (docs/configs.md).
         self.group_setting = group_setting
@@ -494,9 +497,13 @@ class ConsumerGroupMachine:
                 return
             classic = self.classic_members(gid)
             if classic is not None and classic > 0:
-                respond(self._error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group."))
-                return
-            group = ConsumerGroup(gid, self.partition_for(gid))
+                upgraded = self._upgrade(op, gid)
+                if upgraded is None:
+                    respond(self._error(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} is not a consumer group."))
+                    return
+                group = upgraded
+            else:
+                group = ConsumerGroup(gid, self.partition_for(gid))
             op.created_group = True
         member_id = req.member_id or self._new_member_id()
 
@@ -678,6 +685,31 @@ class ConsumerGroupMachine:
                 self._cancel_rebalance(gid, member_id)
         return before, after
 
+    def _upgrade(self, op: _Op, gid: str) -> ConsumerGroup | None:
+        """Kafka's online upgrade (``convertToConsumerGroup``) when a consumer-protocol member
+        joins a live classic group: the classic coordinator hands the group over
+        (:class:`ConvertClassic`), the consumer group's records are written and applied, every
+        classic member gets a session timer with its classic session timeout; the join then
+        proceeds in the new group.  None when the group cannot be upgraded (the caller answers
+        GROUP_ID_NOT_FOUND, as Kafka)."""
+        snap = self.classic_snapshot(gid)
+        if snap is None:
+            return None
+        recs = self.upgrade_records(snap)
+        if isinstance(recs, ErrorCode):
+            self._note("consumer_group.upgrade_refused", group=gid, error=recs.name)
+            return None
+        self._effects.append(ConvertClassic(gid))
+        for key, value in recs:
+            self._write(op, key, value)
+        group = self.groups[gid]
+        for m in group.members.values():
+            classic = m.meta.classic_member_metadata
+            timeout = classic.session_timeout_ms if classic is not None else self.session_timeout_ms(gid)
+            self._arm(_timer("session", gid, m.member_id), timeout)
+        self._note("consumer_group.upgraded", group=gid, epoch=group.epoch, members=len(group.members))
+        return group
+
     def upgrade_records(self, snap: ClassicGroupSnapshot) -> list[ConsumerRecord] | ErrorCode:
         """The records that turn a live classic group into a consumer group (Kafka's online
         upgrade, ``ConsumerGroup.fromClassicGroup``): group epoch = assignment epoch = the
@@ -686,8 +718,7 @@ class ConsumerGroupMachine:
         metadata.  An ErrorCode (GROUP_ID_NOT_FOUND, as Kafka answers) when the policy, the
         protocol type, the size or a member's assignment user data does not allow it.
 
-        Not wired yet: the classic coordinator must provide the snapshot and drop its group
-        (docs/consumer-groups.md, "Classic groups")."""
+        Used by :meth:`_upgrade` (docs/consumer-groups.md, "Classic groups")."""
         if self.config.migration_policy not in ("bidirectional", "upgrade"):
             return ErrorCode.GROUP_ID_NOT_FOUND
         if snap.protocol_type != PROTOCOL_TYPE or len(snap.members) > self.config.max_size:

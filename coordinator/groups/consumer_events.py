@@ -126,4 +126,13 @@ class PersistConsumer:
     records: tuple[ConsumerRecord, ...] = field(default_factory=tuple)
 
 
-ConsumerEffect: TypeAlias = Respond | ArmTimer | CancelTimer | PersistConsumer | Transition | Note
+@dataclass(frozen=True, slots=True)
+class ConvertClassic:
+    """Online upgrade: the classic coordinator must hand over its group ``group_id`` now (answer
+    its parked requests, forget it, write its tombstone) — before the PersistConsumer that
+    follows this effect, so the tombstone comes first in the log."""
+
+    group_id: str
+
+
+ConsumerEffect: TypeAlias = Respond | ArmTimer | CancelTimer | PersistConsumer | ConvertClassic | Transition | Note

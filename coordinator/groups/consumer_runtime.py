@@ -37,6 +37,7 @@ from .consumer_events import (
     ConsumerEffect,
     ConsumerHeartbeat,
     ConsumerHeartbeatResult,
+    ConvertClassic,
     DescribedConsumerGroup,
     PersistConsumer,
 )
@@ -107,6 +108,8 @@ class ConsumerGroupsRuntime:
         self.clock = clock
         self.machine = ConsumerGroupMachine(config, topics, classic_members=classic_members)
         self.offsets_log = offsets_log
+        # online upgrade: hands a classic group over (GroupsRuntime.convert_to_consumer)
+        self.convert_classic: Callable[[str], None] | None = None
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future[Any]] = {}
         self._timers: dict[TimerKey, asyncio.TimerHandle | None] = {}
@@ -246,6 +249,9 @@ class ConsumerGroupsRuntime:
                 self._handle_at.pop(e.key, None)
                 if h is not None:
                     h.cancel()
+            elif isinstance(e, ConvertClassic):
+                if self.convert_classic is not None:
+                    self.convert_classic(e.group_id)
             elif isinstance(e, PersistConsumer):
                 if self.offsets_log is None or self._loop is None:
                     queue.extend(self.machine.persist_done(e.persist_id, None, self.clock.now_ms()))

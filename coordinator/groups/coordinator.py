@@ -29,6 +29,7 @@ from rallypoint.protocol.offsets_schema import GroupMetadataValue, OffsetCommitK
 
 from . import checks, records
 from .classic import ClassicGroups
+from .consumer_events import ClassicGroupSnapshot, ClassicMemberSnapshot
 from .context import Context
 from .events import (
     CommitRequest,
@@ -293,6 +294,56 @@ class GroupCoordinator:
                     finish()
 
             ctx.append(partition, batch, written, groups=names)
+
+    # ------------------------------------------------------- online upgrade (KIP-848)
+
+    def upgrade_snapshot(self, group_id: str) -> ClassicGroupSnapshot | None:
+        """What a consumer-protocol join needs to turn this live classic group into a consumer
+        group (docs/consumer-groups.md, "Classic groups"); None when there is no such group
+        with members (Kafka's ``validateOnlineUpgrade`` needs a live, non-empty group)."""
+        group = self.registry.get(group_id)
+        if group is None or group.state == DEAD or not group.members:
+            return None
+        return ClassicGroupSnapshot(
+            group_id,
+            group.generation,
+            group.protocol_type or "",
+            group.protocol_name,
+            tuple(
+                ClassicMemberSnapshot(
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.session_timeout_ms,
+                    m.rebalance_timeout_ms,
+                    tuple((p.name, p.metadata) for p in m.protocols),
+                    m.assignment,
+                )
+                for m in group.members.values()
+            ),
+        )
+
+    def convert_to_consumer(self, group_id: str, now_ms: int) -> list[Effect]:
+        """The classic half of Kafka's ``convertToConsumerGroup``: every parked JoinGroup and
+        SyncGroup is answered REBALANCE_IN_PROGRESS, the group leaves this coordinator (its
+        offsets stay) and its GroupMetadata tombstone is written, ahead of the consumer group's
+        records."""
+
+        def body() -> None:
+            group = self.registry.get(group_id)
+            if group is None:
+                return
+            self.registry.unload(group, E.REBALANCE_IN_PROGRESS, "converted to a consumer group")
+
+            def written(error: ErrorCode | None) -> None:
+                if error is not None:
+                    self.ctx.note("classic group tombstone not written", group=group_id, error=error.name)
+
+            self.ctx.append(group.partition, [records.group_tombstone(group_id)], written, groups=[group_id])
+            self.ctx.note("classic group converted to a consumer group", group=group_id)
+
+        return self._run(now_ms, "convert_to_consumer", body, groups=[group_id])
 
     # ------------------------------------------------------------- data plane hooks
 

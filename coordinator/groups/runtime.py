@@ -32,6 +32,7 @@ from ..clock import Clock
 from ..config import Config
 from ..logger import get as get_logger
 from ..storage.errors import PersistError
+from .consumer_events import ClassicGroupSnapshot
 from .coordinator import GroupCoordinator
 from .events import (
     ArmTimer,
@@ -195,6 +196,16 @@ class GroupsRuntime:
             result = await fut
         assert isinstance(result, kind), result
         return result
+
+    # online upgrade to a consumer group (docs/consumer-groups.md, "Classic groups")
+
+    def upgrade_snapshot(self, group_id: str) -> ClassicGroupSnapshot | None:
+        return self.machine.upgrade_snapshot(group_id)
+
+    def convert_to_consumer(self, group_id: str) -> None:
+        """Hand the group over: answers its parked requests and writes its tombstone now, so
+        the tombstone reaches the log before the consumer group's records."""
+        self._guarded("convert_to_consumer", lambda: self.machine.convert_to_consumer(group_id, self.clock.now_ms()))
 
     async def join(self, req: JoinRequest) -> JoinResult:
         return await self._request(lambda t, now: self.machine.join(t, req, now), JoinResult)
