@@ -54,6 +54,7 @@ def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     # online upgrade of a live classic group (docs/consumer-groups.md, "Classic groups")
     consumer_groups.machine.classic_snapshot = groups.upgrade_snapshot
     consumer_groups.convert_classic = groups.convert_to_consumer
+    consumer_groups.downgrade_classic = groups.install_downgraded
     offsets_log.consumer_loader = consumer_groups.load_raw
     offsets_log.pending_loader = groups.load_pending  # transactional offsets awaiting a marker
     transactions = TransactionsRuntime(

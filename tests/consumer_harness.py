@@ -13,6 +13,7 @@ from rallypoint.groups.consumer_events import (
     ConsumerHeartbeat,
     ConsumerHeartbeatResult,
     ConvertClassic,
+    DowngradeToClassic,
     PersistConsumer,
 )
 from rallypoint.groups.events import ArmTimer, CancelTimer, Note, Respond, TimerKey, Transition
@@ -42,6 +43,8 @@ class Harness:
     responses: dict[int, Any] = field(default_factory=dict)
     # ConvertClassic effects: (group id, records persisted before it)
     converted: list[tuple[str, int]] = field(default_factory=list)
+    # DowngradeToClassic effects: (snapshot, records persisted before it)
+    downgraded: list[tuple[Any, int]] = field(default_factory=list)
     _token: int = 0
 
     def __post_init__(self) -> None:
@@ -67,6 +70,8 @@ class Harness:
                 queue.extend(self.machine.persist_done(e.persist_id, self.fail_writes, self.now))
             elif isinstance(e, ConvertClassic):
                 self.converted.append((e.group_id, len(self.log)))
+            elif isinstance(e, DowngradeToClassic):
+                self.downgraded.append((e.snapshot, len(self.log)))
             elif isinstance(e, Transition):
                 self.transitions.append(e)
             elif isinstance(e, Note):

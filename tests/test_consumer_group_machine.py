@@ -850,6 +850,71 @@ def test_a_consumer_join_upgrades_a_live_classic_group(h: Harness) -> None:
     assert "g" not in failing.machine.groups
 
 
+def test_the_last_consumer_protocol_member_leaving_downgrades_the_group(h: Harness) -> None:
+    """Kafka's online downgrade: after an upgrade, the consumer-protocol member leaves; the
+    remaining members are classic, so the consumer group's tombstones are written and the
+    classic coordinator gets the group (DowngradeToClassic after them) at the group epoch,
+    each member with its protocols, classic session timeout and target assignment.  With the
+    policy ``upgrade`` the member is only removed and the group stays a consumer group."""
+    from rallypoint.groups.consumer_events import ClassicGroupSnapshot, ClassicMemberSnapshot
+    from rallypoint.protocol.consumer_group_records import GroupMetadataKey
+    from rallypoint.protocol.consumer_protocol import Assignment, TopicPartitions, decode_assignment, encode_assignment
+
+    def snapshot() -> ClassicGroupSnapshot:
+        return ClassicGroupSnapshot(
+            "g",
+            4,
+            "consumer",
+            "range",
+            tuple(
+                ClassicMemberSnapshot(
+                    mid,
+                    None,
+                    "cid",
+                    "/h",
+                    7000,
+                    20000,
+                    (("range", _subscription(["t"])),),
+                    encode_assignment(Assignment(0, (TopicPartitions("t", parts),))),
+                )
+                for mid, parts in (("c1", (0, 1, 2)), ("c2", (3, 4, 5)))
+            ),
+        )
+
+    def upgraded(harness: Harness) -> Client:
+        harness.machine.classic_members = lambda gid: 2
+        harness.machine.classic_snapshot = lambda gid: snapshot()
+        n = Client(harness, "n", ["t"])
+        assert n.join().error == E.NONE
+        return n
+
+    n = upgraded(h)
+    epoch = h.group().epoch
+    tid = h.topics.get("t").topic_id
+    targets = {mid: sorted(h.group().target.get(mid, {}).get(tid, ())) for mid in ("c1", "c2")}
+    persisted = len(h.log)
+    assert n.leave().error == E.NONE
+    [(snap, before)] = h.downgraded
+    assert before > persisted and h.log[-1] == (GroupMetadataKey("g"), None)  # tombstones first
+    assert "g" not in h.machine.groups
+    assert (snap.group_id, snap.generation, snap.protocol_type) == ("g", epoch, "consumer")
+    by_id = {m.member_id: m for m in snap.members}
+    assert set(by_id) == {"c1", "c2"}
+    assert by_id["c1"].session_timeout_ms == 7000 and by_id["c1"].protocols[0][0] == "range"
+    # each member's target assignment (n's partitions are nobody's until the classic rebalance)
+    assert {
+        m.member_id: [p for tp in decode_assignment(m.assignment).partitions for p in tp.partitions]
+        for m in snap.members
+    } == targets
+    assert sum(len(v) for v in targets.values()) == 4
+    assert not any(k.group_id == "g" for k in h.timers if isinstance(k, ConsumerMemberKey))
+    # the policy forbids it: n is removed, the group stays a consumer group of classic members
+    up_only = Harness(config=ConsumerGroupConfig(migration_policy="upgrade", assignment_interval_ms=0))
+    n2 = upgraded(up_only)
+    assert n2.leave().error == E.NONE
+    assert not up_only.downgraded and set(up_only.group().members) == {"c1", "c2"}
+
+
 def test_load_refuses_a_record_giving_a_partition_two_owners(h: Harness) -> None:
     from rallypoint.protocol.consumer_group_records import CurrentMemberAssignmentValue, EpochTopicPartitions
 

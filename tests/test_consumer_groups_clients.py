@@ -438,3 +438,41 @@ def test_rolling_upgrade_of_a_classic_group(fast_broker: BrokerProcess, members:
     assert own.violations == []
     b2.close()
     assert all(not m.errors for m in members), [m.errors for m in members]
+
+
+def test_online_downgrade_when_the_last_consumer_protocol_member_leaves(
+    fast_broker: BrokerProcess, members: list[Member]
+) -> None:
+    """The reverse of the rolling upgrade: a classic group upgraded by a consumer-protocol
+    member becomes a classic group again when that member leaves and only classic members
+    remain (Kafka's online downgrade, policy ``bidirectional``); it rebalances, the classic
+    member gets every partition, nothing is consumed twice and no partition is owned twice."""
+    create_topic(fast_broker, "cg-down", 6)
+    produce(fast_broker, "cg-down", 60)
+    own = Ownership()
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    classic = {
+        "group.protocol": "classic",
+        "partition.assignment.strategy": "range",
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 300,
+    }
+    a = Member(fast_broker, group, ["cg-down"], "a", own, **classic)
+    members.append(a)
+    wait_until(lambda: len(a.owned()) == 6, 60, "the classic member's 6 partitions")
+    n = Member(fast_broker, group, ["cg-down"], "n", own)
+    members.append(n)
+    wait_until(lambda: len(n.owned()) == 3 and len(a.owned()) == 3, 60, "3 + 3 after the upgrade")
+    assert str(_describe(fast_broker, group).type).endswith("CONSUMER")
+    wait_until(lambda: sum(len(m.messages) for m in members) == 60, 60, "the first 60 messages")
+    n.close()  # the last consumer-protocol member leaves
+    wait_until(lambda: str(_describe(fast_broker, group).type).endswith("CLASSIC"), 60, "a classic group again")
+    assert [e["group"] for e in fast_broker.events("consumer_group.downgraded")].count(group) == 1
+    wait_until(lambda: len(a.owned()) == 6, 60, "the classic member takes every partition")
+    produce(fast_broker, "cg-down", 60)
+    wait_until(lambda: sum(len(m.messages) for m in members) == 120, 60, "the next 60 messages")
+    consumed = [(t, p, o) for m in members for t, p, o in m.messages]
+    assert len(consumed) == len(set(consumed)) == 120
+    assert own.violations == []
+    a.close()
+    assert all(not m.errors for m in members), [m.errors for m in members]

@@ -60,6 +60,7 @@ from rallypoint.protocol.offsets_schema import partition_for
 from .assignors import BUILTIN, Assignor, AssignorError, GroupSpec, MemberSpec
 from .consumer_events import (
     ClassicGroupSnapshot,
+    ClassicMemberSnapshot,
     ConsumerEffect,
     ConsumerHeartbeat,
     ConsumerHeartbeatResult,
@@ -67,6 +68,7 @@ from .consumer_events import (
     DescribedConsumerGroup,
     DescribedConsumerMember,
     DescribedTopicPartitions,
+    DowngradeToClassic,
     PersistConsumer,
 )
 from .consumer_model import (
@@ -139,6 +141,7 @@ class _Op:
     records: list[ConsumerRecord] = field(default_factory=list)
     undo: list[ConsumerRecord] = field(default_factory=list)  # old values, in write order
     created_group: bool = False
+    downgrade: ClassicGroupSnapshot | None = None  # the classic group this op turns it into
 
 
 @dataclass(slots=True)
@@ -382,6 +385,8 @@ class ConsumerGroupMachine:
         self._pending[pid] = _PendingWrite(op.group_id, op.undo, op.created_group, on_done)
         self._pending_by_group.setdefault(op.group_id, []).append(pid)
         self._effects.append(PersistConsumer(pid, partition, tuple(op.records)))
+        if op.downgrade is not None:
+            self._effects.append(DowngradeToClassic(op.downgrade))
 
     def persist_done(self, persist_id: int, error: ErrorCode | None, now_ms: int) -> list[ConsumerEffect]:
         self._begin(now_ms)
@@ -1143,7 +1148,8 @@ class ConsumerGroupMachine:
             self._effects.append(Respond(token, result))
             return self._end()
         op = _Op(group.group_id)
-        self._fence(op, group, leaving, "left the group (LeaveGroup)")
+        if not self._downgrade(op, group, leaving):
+            self._fence(op, group, leaving, "left the group (LeaveGroup)")
         self._commit(op, lambda e: self._effects.append(Respond(token, result if e is None else LeaveResult(e))))
         return self._end()
 
@@ -1218,7 +1224,8 @@ class ConsumerGroupMachine:
             )
             result = ConsumerHeartbeatResult(ErrorCode.NONE, None, member.member_id, STATIC_LEAVE_EPOCH, 0)
         else:
-            self._fence(op, group, [member.member_id], "left the group")
+            if not self._downgrade(op, group, [member.member_id]):
+                self._fence(op, group, [member.member_id], "left the group")
             result = ConsumerHeartbeatResult(ErrorCode.NONE, None, req.member_id, LEAVE_EPOCH, 0)
 
         def done(error: ErrorCode | None) -> None:
@@ -1286,8 +1293,60 @@ class ConsumerGroupMachine:
 
     def _expire(self, group: ConsumerGroup, member_id: str, reason: str) -> None:
         op = _Op(group.group_id)
-        self._fence(op, group, [member_id], reason)
+        if not self._downgrade(op, group, [member_id]):
+            self._fence(op, group, [member_id], reason)
         self._commit(op, lambda _e: None)
+
+    def _downgrade(self, op: _Op, group: ConsumerGroup, leaving: list[str]) -> bool:
+        """Kafka's online downgrade (``convertToClassicGroup``, docs/consumer-groups.md,
+        "Classic groups"): when the members leaving (or fenced) are the last ones using the
+        consumer protocol and classic members remain, the consumer group's tombstones are
+        written and the classic coordinator gets the group (:class:`DowngradeToClassic`) at
+        generation = the group epoch, each remaining member with its supported protocols,
+        session timeout and its target assignment; it then rebalances.  False (nothing done)
+        when that does not apply or ``group.consumer.migration.policy`` or ``group.max.size``
+        forbid it (the members are then simply removed)."""
+        gid = group.group_id
+        remaining = [m for mid, m in group.members.items() if mid not in leaving]
+        if not remaining or any(m.uses_consumer_protocol for m in remaining):
+            return False
+        if self.config.migration_policy not in ("bidirectional", "downgrade"):
+            self._note("consumer_group.downgrade_refused", group=gid, reason="migration policy")
+            return False
+        if len(remaining) > self.config.classic_max_size:
+            self._note("consumer_group.downgrade_refused", group=gid, reason="group.max.size")
+            return False
+        members = []
+        for m in remaining:
+            classic = m.meta.classic_member_metadata
+            assert classic is not None  # a member not using the consumer protocol has it
+            target = group.target.get(m.member_id, {})
+            parts = []
+            for tid, ps in sorted(target.items(), key=lambda kv: str(kv[0])):
+                t = self.topics.by_id(tid)
+                if t is not None and ps:
+                    parts.append(CPTopicPartitions(t.name, tuple(sorted(ps))))
+            members.append(
+                ClassicMemberSnapshot(
+                    m.member_id,
+                    m.meta.instance_id,
+                    m.meta.client_id,
+                    m.meta.client_host,
+                    classic.session_timeout_ms,
+                    m.meta.rebalance_timeout_ms if m.meta.rebalance_timeout_ms > 0 else classic.session_timeout_ms,
+                    tuple((p.name, p.metadata) for p in classic.supported_protocols),
+                    encode_assignment(CPAssignment(0, tuple(parts))),
+                )
+            )
+        for mid in group.members:
+            for kind in ("session", "join", "sync"):
+                self._cancel(_timer(kind, gid, mid))
+            self._join_armed.discard(_timer("join", gid, mid))
+            self._cancel_rebalance(gid, mid)
+        op.downgrade = ClassicGroupSnapshot(gid, group.epoch, PROTOCOL_TYPE, None, tuple(members))
+        self._delete_records(op, group)
+        self._note("consumer_group.downgraded", group=gid, generation=op.downgrade.generation, members=len(members))
+        return True
 
     # ---------------------------------------------------------------- admin & offsets
 

@@ -135,4 +135,15 @@ class ConvertClassic:
     group_id: str
 
 
-ConsumerEffect: TypeAlias = Respond | ArmTimer | CancelTimer | PersistConsumer | ConvertClassic | Transition | Note
+@dataclass(frozen=True, slots=True)
+class DowngradeToClassic:
+    """Online downgrade: the consumer group's tombstones were just persisted (the effect
+    before this one); the classic coordinator must now install ``snapshot`` as a classic group,
+    write its GroupMetadata record and start a rebalance."""
+
+    snapshot: ClassicGroupSnapshot
+
+
+ConsumerEffect: TypeAlias = (
+    Respond | ArmTimer | CancelTimer | PersistConsumer | ConvertClassic | DowngradeToClassic | Transition | Note
+)

@@ -55,6 +55,7 @@ class ConsumerGroupConfig:
     session_timeout_ms: int = 45000
     heartbeat_interval_ms: int = 5000
     max_size: int = INT32_MAX
+    classic_max_size: int = INT32_MAX  # group.max.size: bounds a downgrade to a classic group
     assignors: tuple[str, ...] = ("uniform", "range")
     migration_policy: str = "bidirectional"
     assignment_interval_ms: int = 1000
@@ -77,6 +78,7 @@ class ConsumerGroupConfig:
             session_timeout_ms=int(get("group.consumer.session.timeout.ms")),
             heartbeat_interval_ms=int(get("group.consumer.heartbeat.interval.ms")),
             max_size=int(get("group.consumer.max.size")),
+            classic_max_size=int(get("group.max.size")),
             assignors=tuple(a.strip() for a in str(get("group.consumer.assignors")).split(",") if a.strip()),
             migration_policy=str(get("group.consumer.migration.policy")).lower(),
             assignment_interval_ms=int(get("group.consumer.assignment.interval.ms")),

@@ -34,11 +34,13 @@ from ..logger import get as get_logger
 from ..storage.errors import PersistError
 from .consumer import ConsumerGroupConfig, ConsumerGroupMachine, TopicInfo, TopicsView
 from .consumer_events import (
+    ClassicGroupSnapshot,
     ConsumerEffect,
     ConsumerHeartbeat,
     ConsumerHeartbeatResult,
     ConvertClassic,
     DescribedConsumerGroup,
+    DowngradeToClassic,
     PersistConsumer,
 )
 from .events import (
@@ -110,6 +112,8 @@ class ConsumerGroupsRuntime:
         self.offsets_log = offsets_log
         # online upgrade: hands a classic group over (GroupsRuntime.convert_to_consumer)
         self.convert_classic: Callable[[str], None] | None = None
+        # online downgrade: installs a classic group (GroupsRuntime.install_downgraded)
+        self.downgrade_classic: Callable[[ClassicGroupSnapshot], None] | None = None
         self._tokens = itertools.count(1)
         self._futures: dict[int, asyncio.Future[Any]] = {}
         self._timers: dict[TimerKey, asyncio.TimerHandle | None] = {}
@@ -252,6 +256,9 @@ class ConsumerGroupsRuntime:
             elif isinstance(e, ConvertClassic):
                 if self.convert_classic is not None:
                     self.convert_classic(e.group_id)
+            elif isinstance(e, DowngradeToClassic):
+                if self.downgrade_classic is not None:
+                    self.downgrade_classic(e.snapshot)
             elif isinstance(e, PersistConsumer):
                 if self.offsets_log is None or self._loop is None:
                     queue.extend(self.machine.persist_done(e.persist_id, None, self.clock.now_ms()))

@@ -52,13 +52,14 @@ from .events import (
     OffsetFetchGroupResult,
     OffsetFetchRequest,
     OffsetFetchResult,
+    Protocol,
     RetentionKey,
     SyncRequest,
     SyncResult,
     TimerKey,
     TopicErrors,
 )
-from .model import DEAD, EMPTY, ClassicGroup, GroupConfig
+from .model import DEAD, EMPTY, STABLE, ClassicGroup, GroupConfig, Member, NoCommonProtocol
 from .offsets import OffsetsManager
 from .persist import Record, response_error
 from .registry import GroupRegistry
@@ -345,6 +346,63 @@ class GroupCoordinator:
 
         return self._run(now_ms, "convert_to_consumer", body, groups=[group_id])
 
+    def install_downgraded(self, snap: ClassicGroupSnapshot, now_ms: int) -> list[Effect]:
+        """The classic half of Kafka's ``convertToClassicGroup`` (``ClassicGroup.fromConsumerGroup``):
+        the consumer group's last consumer-protocol member left, its tombstones are written;
+        the group comes back here Stable at generation = its epoch, with every remaining
+        member, its supported protocols, session and rebalance timeouts, and its target
+        assignment encoded at the version of its subscription for the selected protocol; the
+        first member leads.  Its GroupMetadata record is written, sessions start and a
+        rebalance begins ("Downgrade group G from consumer to classic.")."""
+
+        def body() -> None:
+            gid = snap.group_id
+            group = ClassicGroup(
+                gid,
+                self.ctx.partition_for(gid),
+                state=STABLE,
+                generation=snap.generation,
+                protocol_type=snap.protocol_type,
+                state_timestamp=now_ms,
+            )
+            for ms in snap.members:
+                group.add(
+                    Member(
+                        ms.member_id,
+                        ms.instance_id,
+                        ms.client_id,
+                        ms.client_host,
+                        ms.rebalance_timeout_ms,
+                        ms.session_timeout_ms,
+                        snap.protocol_type,
+                        tuple(Protocol(name, meta) for name, meta in ms.protocols),
+                    ),
+                    None,
+                )
+            try:
+                group.protocol_name = group.select_protocol()
+            except NoCommonProtocol as e:  # cannot happen for members a consumer group accepted
+                self.ctx.note("downgrade refused", group=gid, error=str(e))
+                return
+            group.subscribed_topics = group.compute_subscribed_topics()
+            assignment: dict[str, bytes] = {}
+            for ms in snap.members:
+                m = group.members[ms.member_id]
+                m.assignment = _at_subscription_version(ms.assignment, m.metadata(group.protocol_name))
+                assignment[m.member_id] = m.assignment
+            self.registry.install(group)  # replaces an offsets-only Empty group of the same id
+
+            def written(error: ErrorCode | None) -> None:
+                if error is not None:
+                    self.ctx.note("downgraded group record not written", group=gid, error=error.name)
+
+            self.ctx.append(group.partition, [records.group_metadata(group, assignment)], written, groups=[gid])
+            self.ctx.note("group downgraded from a consumer group", group=gid, generation=group.generation)
+            self.classic.on_loaded(group)
+            self.classic.prepare_rebalance(group, f"Downgrade group {gid} from consumer to classic.")
+
+        return self._run(now_ms, "install_downgraded", body, groups=[snap.group_id])
+
     # ------------------------------------------------------------- data plane hooks
 
     def topics_deleted(self, topics: Iterable[str], now_ms: int) -> list[Effect]:
@@ -488,3 +546,22 @@ class GroupCoordinator:
             return self._run(now_ms, "load", body, groups=list(groups))
         finally:
             self.ctx.loading.discard(partition)
+
+
+def _at_subscription_version(assignment: bytes, subscription: bytes) -> bytes:
+    """A ConsumerProtocol assignment re-encoded at the version of the member's subscription
+    (Kafka serialises the downgraded assignment at the version the member will join with)."""
+    from rallypoint.protocol.consumer_protocol import (
+        Assignment,
+        ConsumerProtocolError,
+        decode_assignment,
+        decode_subscription,
+        encode_assignment,
+    )
+
+    try:
+        version = decode_subscription(subscription).version
+        a = decode_assignment(assignment)
+        return encode_assignment(Assignment(min(version, 3), a.partitions, a.user_data))
+    except (ConsumerProtocolError, ValueError):
+        return assignment

@@ -207,6 +207,11 @@ class GroupsRuntime:
         the tombstone reaches the log before the consumer group's records."""
         self._guarded("convert_to_consumer", lambda: self.machine.convert_to_consumer(group_id, self.clock.now_ms()))
 
+    def install_downgraded(self, snap: ClassicGroupSnapshot) -> None:
+        """A consumer group downgraded to this classic coordinator (its tombstones already
+        queued for the log): install it, write its record, rebalance."""
+        self._guarded("install_downgraded", lambda: self.machine.install_downgraded(snap, self.clock.now_ms()))
+
     async def join(self, req: JoinRequest) -> JoinResult:
         return await self._request(lambda t, now: self.machine.join(t, req, now), JoinResult)
 
