@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.control_support import Control
+from tests.control_support import Control, control_url
 from tests.support import BrokerProcess, WireClient
 
 pytestmark = pytest.mark.wire
@@ -167,3 +167,32 @@ def test_events_end_when_the_broker_stops(broker: BrokerProcess) -> None:
         pass
     assert b": rallypoint control events" in data
     assert data.endswith(b"0\r\n\r\n"), data[-200:]  # the chunked stream was ended, not cut
+
+
+def test_consumer_groups_are_shown_with_their_epochs(broker: BrokerProcess) -> None:
+    """A KIP-848 group in GET /v1/groups: type consumer, the group and assignment epochs, each
+    member's epoch, type and partitions; a wait on its epoch (docs/control.md, "Consumer groups")."""
+    import uuid
+
+    from tests.test_consumer_groups_wire import join, make_topic
+
+    control = Control(control_url(broker))
+    member = str(uuid.uuid4())
+    with WireClient(broker.host, broker.port) as c:
+        make_topic(c, "cv-t", 3)
+        r = join(c, "cv-g", member, ["cv-t"])
+        assert r["error_code"] == 0
+        epoch = r["member_epoch"]
+        view = control.post("/v1/groups/cv-g/wait", {"state": "Stable", "min_generation": epoch, "timeout_ms": 10000})
+    assert (view["type"], view["state"], view["epoch"], view["assignment_epoch"]) == (
+        "consumer",
+        "Stable",
+        epoch,
+        epoch,
+    )
+    [m] = view["members"]
+    assert (m["member_id"], m["member_type"], m["member_epoch"]) == (member, "consumer", epoch)
+    assert m["assignment"] == m["target_assignment"] == [{"topic": "cv-t", "partitions": [0, 1, 2]}]
+    assert view["transitions"] and view["transitions"][-1]["to"] == "Stable"
+    listed = control.get("/v1/groups")
+    assert [(g["group_id"], g["type"]) for g in listed if g["group_id"] == "cv-g"] == [("cv-g", "consumer")]

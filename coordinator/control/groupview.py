@@ -216,11 +216,16 @@ class GroupTracker:
     # ------------------------------------------------------------------ views
 
     async def list_ids(self) -> list[tuple[str, str]]:
-        """(group id, group type) of every group the coordinator knows."""
+        """(group id, group type) of every group the coordinator knows (a consumer group's id
+        also names the offsets the classic coordinator keeps for it: listed once, as consumer)."""
         result = await self.broker.groups.list_groups((), ())
         if result.error != ErrorCode.NONE:
             raise Unavailable(ErrorCode(result.error).name)
-        return [(g.group_id, g.group_type) for g in result.groups]
+        types = {g.group_id: g.group_type for g in result.groups}
+        consumer = getattr(self.broker, "consumer_groups", None)
+        if consumer is not None:
+            types.update((g.group_id, g.group_type) for g in consumer.list_groups((), ()))
+        return list(types.items())
 
     async def views(self) -> list[dict[str, Any]]:
         out = []
@@ -232,6 +237,9 @@ class GroupTracker:
 
     async def view(self, gid: str, group_type: str | None = None) -> dict[str, Any] | None:
         """The group's JSON shape, or None when there is no such group (or it is Dead)."""
+        consumer = getattr(self.broker, "consumer_groups", None)
+        if consumer is not None and consumer.is_consumer_group(gid):
+            return await self._consumer_view(gid)
         runtime = self.broker.groups
         described = (await runtime.describe([gid], 6)).groups[0]
         if described.error == ErrorCode.GROUP_ID_NOT_FOUND or described.state == "Dead":
@@ -240,7 +248,7 @@ class GroupTracker:
             raise Unavailable(ErrorCode(described.error).name)
         if group_type is None:
             group_type = dict(await self.list_ids()).get(gid, "classic")
-        fetched = await runtime.fetch_offsets(OffsetFetchRequest((OffsetFetchGroupRequest(gid, None),)))
+        offsets = await self._offsets(gid)
         members = []
         group = runtime.machine.groups.get(gid)
         for m in described.members:
@@ -256,6 +264,70 @@ class GroupTracker:
                     "assignment": _assignment(described.protocol_type, m.assignment),
                 }
             )
+        view: dict[str, Any] = {"group_id": gid, "type": group_type, "state": described.state}
+        if group_type == "classic":
+            view["generation"] = self._generation.get(gid)
+        else:
+            view["epoch"] = self._generation.get(gid)
+        view.update(
+            {
+                "protocol_type": described.protocol_type,
+                "protocol": described.protocol_data or None,
+                "leader": self._leader.get(gid) if members else None,
+                "members": members,
+                "offsets": offsets,
+                "transitions": list(self._transitions.get(gid, ())),
+            }
+        )
+        return view
+
+    async def _consumer_view(self, gid: str) -> dict[str, Any] | None:
+        """A consumer (KIP-848) group: its epochs, and each member's epoch, type and partitions
+        (current and target), from the consumer coordinator's describe (docs/control.md,
+        "Consumer groups")."""
+        [d] = self.broker.consumer_groups.describe([gid])
+        if d.error != ErrorCode.NONE or d.state == "Dead":
+            return None
+
+        def parts(tps: Any) -> list[dict[str, Any]]:
+            return sorted(
+                ({"topic": tp.topic_name, "partitions": sorted(tp.partitions)} for tp in tps),
+                key=lambda x: x["topic"],
+            )
+
+        members = [
+            {
+                "member_id": m.member_id,
+                "instance_id": m.instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "member_type": "classic" if m.member_type == 0 else "consumer",
+                "member_epoch": m.member_epoch,
+                "subscribed_topics": sorted(m.subscribed_topic_names),
+                "subscribed_topic_regex": m.subscribed_topic_regex,
+                "assignment": parts(m.assignment),
+                "target_assignment": parts(m.target_assignment),
+            }
+            for m in d.members
+        ]
+        return {
+            "group_id": gid,
+            "type": "consumer",
+            "state": d.state,
+            "epoch": d.group_epoch,
+            "assignment_epoch": d.assignment_epoch,
+            "assignor": d.assignor_name or None,
+            "protocol_type": "consumer",
+            "protocol": None,
+            "leader": None,
+            "members": members,
+            "offsets": await self._offsets(gid),
+            "transitions": list(self._transitions.get(gid, ())),
+        }
+
+    async def _offsets(self, gid: str) -> list[dict[str, Any]]:
+        """The group's committed offsets with each partition's end and the lag."""
+        fetched = await self.broker.groups.fetch_offsets(OffsetFetchRequest((OffsetFetchGroupRequest(gid, None),)))
         offsets = []
         for g in fetched.groups:
             for t in g.topics:
@@ -275,22 +347,7 @@ class GroupTracker:
                         }
                     )
         offsets.sort(key=lambda o: (o["topic"], o["partition"]))
-        view: dict[str, Any] = {"group_id": gid, "type": group_type, "state": described.state}
-        if group_type == "classic":
-            view["generation"] = self._generation.get(gid)
-        else:
-            view["epoch"] = self._generation.get(gid)
-        view.update(
-            {
-                "protocol_type": described.protocol_type,
-                "protocol": described.protocol_data or None,
-                "leader": self._leader.get(gid) if members else None,
-                "members": members,
-                "offsets": offsets,
-                "transitions": list(self._transitions.get(gid, ())),
-            }
-        )
-        return view
+        return offsets
 
 
 def _assignment(protocol_type: str, data: bytes) -> list[dict[str, Any]]:

@@ -64,6 +64,9 @@ class ControlPlane:
         runtime = getattr(broker, "groups", None)  # a bare Broker (some unit tests) has none
         if runtime is not None:
             runtime.add_listener(self.groups.on_group_event)
+        consumer = getattr(broker, "consumer_groups", None)  # KIP-848 groups: their epochs and members
+        if consumer is not None:
+            consumer.add_listener(self.groups.on_group_event)
         self.skew_ms = 0
         self.started = time.monotonic()
         self.server: ServerInfo | None = None

@@ -267,6 +267,7 @@ class ConsumerGroupsRuntime:
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
             elif isinstance(e, Transition):
+                self._tell_listeners(e)
                 log.info(
                     "consumer_group.state_transition",
                     group=e.group_id,
@@ -276,7 +277,21 @@ class ConsumerGroupsRuntime:
                     **{"from": e.from_state, "to": e.to_state},
                 )
             elif isinstance(e, Note):
+                self._tell_listeners(e)
                 log.info(e.event, **e.fields)
+
+    # the control plane's listener (coordinator/control/groupview.py), as on the classic runtime
+    _listeners: tuple[Callable[[Transition | Note], None], ...] = ()
+
+    def add_listener(self, listener: Callable[[Transition | Note], None]) -> None:
+        self._listeners = (*self._listeners, listener)
+
+    def _tell_listeners(self, e: Transition | Note) -> None:
+        for listener in self._listeners:
+            try:
+                listener(e)
+            except Exception:  # a listener must never break the coordinator
+                log.exception("consumer_group.listener_failed")
 
     async def _append(self, offsets_log: RawOffsetsLog, e: PersistConsumer) -> None:
         error: ErrorCode | None = None
