@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import struct
+import uuid
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -37,6 +38,9 @@ class OffsetCommitValue:
     commit_timestamp: int
     leader_epoch: int = -1
     expire_timestamp: int | None = None  # only in value v1
+    # the committed topic's id (value v4, tagged field 0): set by OffsetCommit v10, which names
+    # topics by id; an OffsetFetch v10 naming another id for the topic gets no offset
+    topic_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +111,7 @@ GROUP_METADATA_KEY_VERSION: Final = 2
 OFFSET_COMMIT_VALUE_VERSIONS: Final = (0, 1, 2, 3, 4)
 GROUP_METADATA_VALUE_VERSIONS: Final = (0, 1, 2, 3, 4)
 FLEXIBLE_VALUE_VERSION: Final = 4
+_TOPIC_ID_TAG: Final = 0  # OffsetCommitValue v4's tagged topicId
 
 # What Kafka's writers emit (MetadataVersion.offsetCommitValueVersion / groupMetadataValueVersion).
 WRITE_OFFSET_COMMIT_KEY_VERSION: Final = 1
@@ -221,10 +226,13 @@ def decode_key(data: bytes) -> Key | UnknownKey:
 
 
 def offset_commit_value_version(value: OffsetCommitValue) -> int:
-    """Kafka's choice (MetadataVersion.offsetCommitValueVersion, IBP >= 2.1): v1 when an expire
-    timestamp is set (a v2-v4 OffsetCommit with RetentionTime), else v3."""
+    """v1 when an expire timestamp is set (a v2-v4 OffsetCommit with RetentionTime); v4 (flexible,
+    the topic id tagged) for a commit that knows its topic id (OffsetCommit v10), as Kafka 4
+    writes them; else v3, as Kafka wrote before."""
     if value.expire_timestamp is not None:
         return WRITE_OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY
+    if value.topic_id is not None:
+        return FLEXIBLE_VALUE_VERSION
     return WRITE_OFFSET_COMMIT_VALUE_VERSION
 
 
@@ -252,7 +260,13 @@ def encode_offset_commit_value(value: OffsetCommitValue, version: int | None = N
     w.int64(value.commit_timestamp)
     if v == 1:
         w.int64(-1 if value.expire_timestamp is None else value.expire_timestamp)
-    w.tagged_fields()
+    if v >= FLEXIBLE_VALUE_VERSION and value.topic_id is not None and value.topic_id.int != 0:
+        w.uvarint(1)  # one tagged field: tag 0 (topicId), 16 bytes
+        w.uvarint(_TOPIC_ID_TAG)
+        w.uvarint(16)
+        w.buf += value.topic_id.bytes
+    else:
+        w.tagged_fields()
     return w.done()
 
 
@@ -278,8 +292,14 @@ def decode_offset_commit_value(data: bytes) -> OffsetCommitValue:
         raw_expire = r.int64()
         # OffsetAndMetadata.fromRecord: -1 (DEFAULT_TIMESTAMP) means "no expire timestamp".
         expire = None if raw_expire == -1 else raw_expire
-    r.skip_tagged_fields()
-    return OffsetCommitValue(offset, metadata, commit_ts, leader_epoch, expire)
+    topic_id: uuid.UUID | None = None
+    if r.flexible:
+        for _ in range(r.uvarint()):
+            tag, size = r.uvarint(), r.uvarint()
+            raw = r.take(size)
+            if tag == _TOPIC_ID_TAG and size == 16 and any(raw):
+                topic_id = uuid.UUID(bytes=raw)
+    return OffsetCommitValue(offset, metadata, commit_ts, leader_epoch, expire, topic_id)
 
 
 # --- GroupMetadataValue ----------------------------------------------------------------------

@@ -260,3 +260,52 @@ def test_a_groups_own_heartbeat_interval_set_through_incremental_alter_configs(b
         assert r["responses"][0]["error_code"] == 0, r
         assert join(c, "tuned", "m1", ["gc"])["heartbeat_interval"] == 200
         assert join(c, "other", "m2", ["gc"])["heartbeat_interval"] == 300
+
+
+def test_offset_commit_and_fetch_v10_name_topics_by_id(b: BrokerProcess) -> None:
+    """OffsetCommit/OffsetFetch v10 (topic ids instead of names): known ids are committed and
+    fetched, echoing the id; an unknown id gets UNKNOWN_TOPIC_ID; a fetch-all answer carries each
+    topic's id; the id is stored with the offset (value v4) and checked after a restart."""
+    with WireClient(b.host, b.port) as c:
+        tid = make_topic(c, "v10-t", 2)
+        ghost = uuid.uuid4()
+        r = d(
+            c.call(
+                8,
+                10,
+                {
+                    "group_id": "v10-g",
+                    "generation_id_or_member_epoch": -1,
+                    "member_id": "",
+                    "topics": [
+                        {"topic_id": tid, "partitions": [{"partition_index": 0, "committed_offset": 7}]},
+                        {"topic_id": ghost, "partitions": [{"partition_index": 3, "committed_offset": 1}]},
+                    ],
+                },
+            )
+        )
+        assert [
+            (t["topic_id"], [(p["partition_index"], p["error_code"]) for p in t["partitions"]]) for t in r["topics"]
+        ] == [
+            (ghost, [(3, E.UNKNOWN_TOPIC_ID)]),  # errors found before the coordinator come first
+            (tid, [(0, 0)]),
+        ]
+
+        def fetch(topics: Any) -> list[Any]:
+            body = {"groups": [{"group_id": "v10-g", "topics": topics}], "require_stable": False}
+            return d(c.call(9, 10, body))["groups"][0]["topics"]
+
+        got = fetch([{"topic_id": ghost, "partition_indexes": [0]}, {"topic_id": tid, "partition_indexes": [0, 1]}])
+        assert [(t["topic_id"], [(p["committed_offset"], p["error_code"]) for p in t["partitions"]]) for t in got] == [
+            (ghost, [(-1, E.UNKNOWN_TOPIC_ID)]),
+            (tid, [(7, 0), (-1, 0)]),
+        ]
+        assert [(t["topic_id"], len(t["partitions"])) for t in fetch(None)] == [(tid, 1)]
+        # v9 still names topics and sees the same offset
+        v9 = d(c.call(9, 9, {"groups": [{"group_id": "v10-g", "topics": None}], "require_stable": False}))
+        assert v9["groups"][0]["topics"][0]["name"] == "v10-t"
+    b.restart()
+    with WireClient(b.host, b.port) as c:
+        body = {"groups": [{"group_id": "v10-g", "topics": [{"topic_id": tid, "partition_indexes": [0]}]}]}
+        [t] = d(c.call(9, 10, body))["groups"][0]["topics"]
+        assert t["partitions"][0]["committed_offset"] == 7

@@ -179,6 +179,41 @@ def test_offset_fetch_all_topics() -> None:
     }
 
 
+def test_a_commit_by_topic_id_is_stored_with_it_and_fetched_only_by_it() -> None:
+    """OffsetCommit v10 stores the topic id with the offset (value v4); an OffsetFetch v10 naming
+    another id for the topic (deleted and recreated meanwhile) gets no offset, one without ids
+    (v9 and older) gets it (Kafka's OffsetMetadataManager.fetchOffsets)."""
+    import uuid
+
+    from rallypoint.groups.events import (
+        CommitPartition,
+        CommitRequest,
+        CommitTopic,
+        OffsetFetchGroupRequest,
+        OffsetFetchRequest,
+    )
+    from rallypoint.protocol.offsets_schema import decode_offset_commit_value, encode_offset_commit_value
+
+    x = h()
+    old, new = uuid.uuid4(), uuid.uuid4()
+    tok = x.token()
+    req = CommitRequest("g", -1, "", None, -1, (CommitTopic("t", (CommitPartition(0, 10),), old),), 10)
+    x.apply(x.m.commit_offsets(tok, req, x.now))
+    assert x.commit_errors(tok) == {("t", 0): E.NONE}
+    value = x.persisted[-1].records[0][1]
+    assert isinstance(value, OffsetCommitValue) and value.topic_id == old
+    assert decode_offset_commit_value(encode_offset_commit_value(value)) == value  # v4, tagged id
+
+    def fetch_as(topic_id: uuid.UUID | None) -> int:
+        tok = x.token()
+        ids = None if topic_id is None else {"t": topic_id}
+        x.apply(x.m.fetch_offsets(tok, OffsetFetchRequest((OffsetFetchGroupRequest("g", (("t", (0,)),), ids),)), x.now))
+        return x.fetched(tok)[("t", 0)][0]
+
+    assert (fetch_as(old), fetch_as(new), fetch_as(None)) == (10, -1, 10)
+
+
+# ---------------------------------------------------------------------- OffsetDelete
 # ---------------------------------------------------------------------- OffsetDelete
 
 

@@ -9,6 +9,8 @@ transition or an internal error.  Nothing here does any I/O.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeAlias
 
@@ -89,6 +91,7 @@ class CommitPartition:
 class CommitTopic:
     name: str
     partitions: tuple[CommitPartition, ...]
+    topic_id: uuid.UUID | None = None  # OffsetCommit v10 names topics by id: stored with the offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,9 @@ class CommitRequest:
 class OffsetFetchGroupRequest:
     group_id: str
     topics: tuple[tuple[str, tuple[int, ...]], ...] | None  # None = every committed offset
+    # OffsetFetch v10: the id each named topic was asked by; an offset stored under another id
+    # is not returned (Kafka's OffsetMetadataManager.fetchOffsets)
+    topic_ids: Mapping[str, uuid.UUID] | None = None
 
 
 @dataclass(frozen=True, slots=True)

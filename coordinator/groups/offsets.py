@@ -169,6 +169,7 @@ class OffsetsManager(Generic[G]):
                     commit_timestamp=ctx.now,
                     leader_epoch=p.leader_epoch,
                     expire_timestamp=expire,
+                    topic_id=t.topic_id,
                 )
                 batch.append(records.offset_commit(group.group_id, t.name, p.partition, value))
             topics.append(TopicErrors(t.name, tuple(parts)))
@@ -321,10 +322,14 @@ class OffsetsManager(Generic[G]):
                 req.group_id, E.NONE, tuple(OffsetFetchTopic(t, tuple(ps)) for t, ps in by_topic.items())
             )
         topics = []
+        ids = req.topic_ids or {}
         for name, parts in req.topics:
             out = []
+            asked = ids.get(name)
             for p in parts:
                 c = offsets.get((name, p))
+                if c is not None and asked is not None and c.topic_id is not None and c.topic_id != asked:
+                    c = None  # committed for another topic of that name (deleted and recreated)
                 if (name, p) in unstable:
                     out.append(OffsetFetchPartition(p, error=E.UNSTABLE_OFFSET_COMMIT))
                 elif c is None:

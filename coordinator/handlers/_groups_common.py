@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
 from ..groups.events import CommitPartition, CommitTopic, TopicErrors
+
+ZERO_UUID = uuid.UUID(int=0)
 
 
 def client_host(ctx: RequestContext) -> str:
@@ -28,9 +32,17 @@ class TopicErrorsBuilder:
 
     def __init__(self) -> None:
         self.topics: dict[str, list[tuple[int, ErrorCode]]] = {}
+        self.ids: dict[str, uuid.UUID] = {}  # OffsetCommit v10: each topic's id, echoed back
 
     def add(self, topic: str, partition: int, error: ErrorCode) -> None:
         self.topics.setdefault(topic, []).append((partition, error))
+
+    def add_unknown_id(self, topic_id: uuid.UUID, partitions: Iterable[int]) -> None:
+        """OffsetCommit v10: a topic id no topic has: UNKNOWN_TOPIC_ID for each partition."""
+        key = f"\x00{topic_id}"  # no topic name can hold NUL: never merges with a named topic
+        self.ids[key] = topic_id
+        for p in partitions:
+            self.add(key, p, ErrorCode.UNKNOWN_TOPIC_ID)
 
     def merge(self, results: Iterable[TopicErrors]) -> None:
         for t in results:
@@ -38,7 +50,11 @@ class TopicErrorsBuilder:
 
     def as_list(self) -> list[dict[str, Any]]:
         return [
-            {"name": name, "partitions": [{"partition_index": p, "error_code": e} for p, e in parts]}
+            {
+                "name": name,
+                "topic_id": self.ids.get(name, ZERO_UUID),
+                "partitions": [{"partition_index": p, "error_code": e} for p, e in parts],
+            }
             for name, parts in self.topics.items()
         ]
 
@@ -49,9 +65,10 @@ def commit_topics(ctx: RequestContext, topics: Iterable[Any], out: TopicErrorsBu
     (``KafkaApis.handleOffsetCommitRequest`` / ``handleTxnOffsetCommitRequest``)."""
     valid: list[CommitTopic] = []
     for t in topics:
+        name = t.name
         parts = []
         for p in t.partitions:
-            if partition_exists(ctx, t.name, p.partition_index):
+            if partition_exists(ctx, name, p.partition_index):
                 parts.append(
                     CommitPartition(
                         p.partition_index,
@@ -61,7 +78,32 @@ def commit_topics(ctx: RequestContext, topics: Iterable[Any], out: TopicErrorsBu
                     )
                 )
             else:
-                out.add(t.name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                out.add(name, p.partition_index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        topic_id = getattr(t, "topic_id", None)
+        if topic_id is not None:
+            out.ids[name] = topic_id
         if parts:
-            valid.append(CommitTopic(t.name, tuple(parts)))
+            valid.append(CommitTopic(name, tuple(parts), topic_id))
     return valid
+
+
+@dataclass(frozen=True, slots=True)
+class NamedTopic:
+    """A v10 request topic (named by id) with its name resolved."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: Any
+
+
+def resolve_topic_ids(ctx: RequestContext, topics: Iterable[Any], out: TopicErrorsBuilder) -> list[NamedTopic]:
+    """OffsetCommit v10 names topics by id (``KafkaApis.handleOffsetCommitRequest``): each known
+    id gets its topic's name; an unknown one answers UNKNOWN_TOPIC_ID for all its partitions."""
+    named: list[NamedTopic] = []
+    for t in topics:
+        topic = ctx.broker.topics.by_id(t.topic_id) if t.topic_id is not None else None
+        if topic is None:
+            out.add_unknown_id(t.topic_id or ZERO_UUID, (p.partition_index for p in t.partitions))
+        else:
+            named.append(NamedTopic(topic.name, t.topic_id, t.partitions))
+    return named

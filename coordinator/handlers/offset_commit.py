@@ -1,8 +1,9 @@
-"""OffsetCommit (8), v2-9 (docs/groups.md, "OffsetCommit").
+"""OffsetCommit (8), v2-10 (docs/groups.md, "OffsetCommit").
 
 Unknown topics and partitions are answered UNKNOWN_TOPIC_OR_PARTITION before the coordinator
 is asked (``KafkaApis.handleOffsetCommitRequest``); a request with nothing valid left never
-reaches the group.  v10 (topic ids, KIP-848) is not served.
+reaches the group.  v10 names topics by id (an unknown id: UNKNOWN_TOPIC_ID); those commits are
+stored with the topic id (OffsetCommitValue v4, docs/consumer-groups.md, "Offsets").
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
 from ..groups.events import CommitRequest
-from ._groups_common import TopicErrorsBuilder, commit_topics
+from ._groups_common import TopicErrorsBuilder, commit_topics, resolve_topic_ids
 
 API_KEY = 8
 
@@ -27,7 +28,8 @@ def _topic_id(ctx: Any, name: str) -> Any:
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     out = TopicErrorsBuilder()
-    valid = commit_topics(ctx, request.topics, out)
+    topics = resolve_topic_ids(ctx, request.topics, out) if version >= 10 else request.topics
+    valid = commit_topics(ctx, topics, out)
     generation = request.generation_id_or_member_epoch
     member_id = request.member_id
     instance_id = getattr(request, "group_instance_id", None)
