@@ -196,3 +196,17 @@ def test_consumer_groups_are_shown_with_their_epochs(broker: BrokerProcess) -> N
     assert view["transitions"] and view["transitions"][-1]["to"] == "Stable"
     listed = control.get("/v1/groups")
     assert [(g["group_id"], g["type"]) for g in listed if g["group_id"] == "cv-g"] == [("cv-g", "consumer")]
+
+
+def test_a_topic_rule_on_metadata_merges_into_a_cached_answer(broker: BrokerProcess) -> None:
+    """Metadata answers are cached encoded (handlers/metadata.py); a topic fault still errors
+    only that topic and the cached answer for the others is merged with it."""
+    ctl = Control.of(broker)
+    with WireClient(broker.host, broker.port) as c:
+        body = {"topics": [{"name": "mx"}, {"name": "my"}], "allow_auto_topic_creation": True}
+        c.call(METADATA, 12, body)  # creates both
+        c.call(METADATA, 12, {"topics": [{"name": "my"}], "allow_auto_topic_creation": True})  # cached
+        ctl.fault(api="Metadata", error="LEADER_NOT_AVAILABLE", topic="mx")
+        resp = c.call(METADATA, 12, body)
+    got = {t.name: (int(t.error_code), len(t.partitions)) for t in resp.topics}
+    assert got == {"mx": (5, 0), "my": (0, 2)}

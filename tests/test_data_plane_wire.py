@@ -704,3 +704,45 @@ def test_every_served_version_answers(wire: WireClient) -> None:
         create(wire, name)
         body = {"topic_names": [name], "topics": [{"name": name, "topic_id": uuid.UUID(int=0)}], "timeout": 1000}
         assert codec.to_dict(wire.call(DELETE_TOPICS, v, body))["responses"][0]["error_code"] == 0, v
+
+
+def test_metadata_answers_are_cached_until_topics_change(wire: WireClient) -> None:
+    """A repeated Metadata question gets the same bytes (the cached answer); creating a topic,
+    adding partitions and deleting a topic each change the answer at once; a question naming a
+    missing topic is never cached (docs/BENCHMARKS.md, hot paths; handlers/metadata.py)."""
+    t = unique("cached")
+    create(wire, t, 1)
+
+    def ask(names: list[str] | None) -> dict[str, Any]:
+        body = {"topics": None if names is None else [{"name": n} for n in names], "allow_auto_topic_creation": False}
+        return codec.to_dict(wire.call(METADATA, 12, body))
+
+    first, second = ask([t]), ask([t])
+    assert first == second and len(first["topics"][0]["partitions"]) == 1
+    grow = {"topics": [{"name": t, "count": 3, "assignments": None}], "timeout_ms": 5000, "validate_only": False}
+    assert codec.to_dict(wire.call(CREATE_PARTITIONS, 3, grow))["results"][0]["error_code"] == E.NONE
+    assert len(ask([t])["topics"][0]["partitions"]) == 3
+    every = {x["name"] for x in ask(None)["topics"]}
+    u = unique("cached-new")
+    create(wire, u, 1)
+    assert {x["name"] for x in ask(None)["topics"]} == every | {u}
+    missing = unique("missing")
+    assert ask([missing])["topics"][0]["error_code"] == E.UNKNOWN_TOPIC_OR_PARTITION
+    create(wire, missing, 1)
+    assert ask([missing])["topics"][0]["error_code"] == E.NONE
+    wire.call(DELETE_TOPICS, 5, {"topic_names": [u], "timeout": 1000})
+    assert u not in {x["name"] for x in ask(None)["topics"]}
+
+
+def test_the_metadata_cache_keeps_answers_only_while_the_store_is_unchanged() -> None:
+    from rallypoint.handlers.metadata import _Cache
+    from rallypoint.protocol.codec import Encoded
+
+    c = _Cache()
+    answer = Encoded(b"x")
+    assert c.get(5, ("k",)) is None
+    c.put(5, ("k",), answer)
+    assert c.get(5, ("k",)) is answer
+    c.put(4, ("other",), answer)  # built before a change: not kept
+    assert c.get(5, ("other",)) is None
+    assert c.get(6, ("k",)) is None and c.answers == {}  # the store changed: everything goes

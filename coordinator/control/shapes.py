@@ -459,6 +459,8 @@ def merge(real: Any, errors: Any) -> Any:
 
 
 def as_message(api_key: int, version: int, body: Mapping[str, Any] | Any) -> Any:
+    if isinstance(body, codec.Encoded):  # a cached answer (ApiVersions, Metadata)
+        return codec.decode_response(api_key, version, body.body)
     return codec.build_response(api_key, version, body) if isinstance(body, Mapping) else body
 
 

@@ -17,13 +17,22 @@ partitions, and none past ``rallypoint.max.broker.partitions``; the other missin
 answered UNKNOWN_TOPIC_OR_PARTITION -- Kafka's answer for a topic whose creation is under way
 (``AutoTopicCreationManager``), which clients retry, so they are created by later requests.
 Answers are built in slices that yield to other connections.
+
+Cache (docs/BENCHMARKS.md, hot paths): clients ask the same question again and again (every
+``topic.metadata.refresh.interval.ms``, on every error).  An answer whose topics all exist is
+kept encoded, per broker, keyed by the version, the requested names (or "all") and the
+broker's address, and used as long as the topic store has not changed (its ``mutations``
+counter: creations, deletions, new partitions, config changes).  Answers with errors, topic
+ids in the request, or auto-creation are always built afresh.
 """
 
 from __future__ import annotations
 
 import uuid
+import weakref
 from typing import Any
 
+from rallypoint.protocol import codec
 from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
@@ -38,6 +47,39 @@ _AUTHZ_OPS_UNSET = -2147483648
 ZERO_UUID = uuid.UUID(int=0)
 # Partition entries built between two checks of the time slice.
 _PARTITIONS_PER_TICK = 200
+_CACHED_ANSWERS = 256  # per broker; the cache is emptied when full
+
+
+class _Cache:
+    """Encoded answers of one topic store, valid while its ``mutations`` counter stays put."""
+
+    __slots__ = ("answers", "mutations")
+
+    def __init__(self) -> None:
+        self.mutations = -1
+        self.answers: dict[tuple[Any, ...], codec.Encoded] = {}
+
+    def get(self, mutations: int, key: tuple[Any, ...]) -> codec.Encoded | None:
+        if mutations != self.mutations:
+            self.answers.clear()
+            self.mutations = mutations
+            return None
+        return self.answers.get(key)
+
+    def put(self, mutations: int, key: tuple[Any, ...], answer: codec.Encoded) -> None:
+        if mutations != self.mutations:
+            return  # the store changed while the answer was built
+        if len(self.answers) >= _CACHED_ANSWERS:
+            self.answers.clear()
+        self.answers[key] = answer
+
+
+_caches: weakref.WeakKeyDictionary[Any, _Cache] = weakref.WeakKeyDictionary()
+
+
+def _cache_key(ctx: RequestContext, names: tuple[str, ...] | None, allow_auto: bool) -> tuple[Any, ...]:
+    b = ctx.broker
+    return (ctx.api_version, names, allow_auto, b.node_id, b.advertised_host, b.advertised_port, b.cluster_id)
 
 
 async def topic_entry(ctx: RequestContext, topic: Topic, slicer: Slicer) -> dict[str, Any]:
@@ -100,7 +142,7 @@ def _invalid_request(requested: Any) -> dict[str, Any]:
     }
 
 
-async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | codec.Encoded:
     broker = ctx.broker
     version = ctx.api_version
     store = broker.topics
@@ -114,6 +156,19 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     all_topics = requested is None or (version == 0 and len(requested) == 0)
     # v0-v3 always auto-create; v4+ ask for it per request.
     allow_auto = bool(getattr(request, "allow_auto_topic_creation", True)) and store.auto_create
+    key: tuple[Any, ...] | None = None
+    if all_topics:
+        key = _cache_key(ctx, None, allow_auto)
+    elif all(getattr(t, "name", None) is not None for t in requested):
+        key = _cache_key(ctx, tuple(t.name for t in requested), allow_auto)
+    cache = _caches.get(store)
+    if cache is None:
+        cache = _caches[store] = _Cache()
+    mutations = store.mutations
+    if key is not None:
+        hit = cache.get(mutations, key)
+        if hit is not None:
+            return hit
     config = broker.config
     topics_left = config["rallypoint.auto.create.topics.max.per.request"]
     partitions_left = config["rallypoint.create.max.partitions"]
@@ -167,7 +222,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 topics_left -= 1
                 partitions_left -= n
             topics.append(await topic_entry(ctx, topic, slicer))
-    return {
+    answer = {
         "throttle_time": 0,
         "brokers": [
             {
@@ -182,6 +237,11 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "topics": topics,
         "cluster_authorized_operations": _AUTHZ_OPS_UNSET,
     }
+    if key is not None and all(t["error_code"] == ErrorCode.NONE for t in topics):
+        encoded = codec.encode_body(API_KEY, version, answer)
+        cache.put(mutations, key, encoded)
+        return encoded
+    return answer
 
 
 async def _auto_create(store: Any, name: str) -> Topic:
