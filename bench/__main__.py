@@ -106,6 +106,9 @@ changed (before/after figures are the side-by-side rows of this document's histo
    `interval`/`never` each batch still hopped to an I/O thread and back; it is now written from the
    event loop, and only fsyncs go to threads (`coordinator/storage/offsets_log.py`).
 4. The broker runs on **uvloop** when it is installed (a dependency on Linux).
+5. **Metadata answers are cached encoded** while the topic store is unchanged
+   (`coordinator/handlers/metadata.py`): Metadata 1×1 / 4×8 / 16×16 went from 9.0k / 15.1k /
+   11.5k to 11.5k / 33.1k / 39.0k requests/s (0.36 / 0.12 / 0.08× the mock → 0.48 / 0.19 / 0.21×).
 
 What remains: the rest of a request's cost is spread thin over decoding (the safe reader that
 bounds array lengths), the sans-IO machine, building the response dataclass and kio's pure-Python
