@@ -32,6 +32,7 @@ import mmap
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.records import (
@@ -92,6 +93,7 @@ class CleanJob:
     end_base: int  # base offset of the first batch not handed in (the log end if none)
     batches: list[bytes] | None  # in memory; None: read from ``spans`` by :meth:`run`
     spans: list[tuple[str, int, int]]  # on disk: (segment path, file position, bytes), in order
+    first_segment: int  # on disk: base offset of the segment holding the first batch (-1: none)
     max_ts_offsets: list[int]
     now_ms: int
     delete_retention_ms: int
@@ -585,6 +587,7 @@ class PartitionLog:
                 if a < b:
                     spans.append((str(seg.path), a - seg.start, b - a))
         return CleanJob(
+            first_segment=self.files.segments[0].base_offset if self.files is not None and self.files.segments else -1,
             version=self._version,
             count=end - self._head,
             end_base=self._base[end] if end < len(self._base) else self.next_offset,
@@ -597,11 +600,19 @@ class PartitionLog:
             max_uncompressed=max_uncompressed,
         )
 
-    def apply_clean(self, job: CleanJob, result: compaction.Cleaned) -> bool:
+    def stage_clean(self, job: CleanJob, result: compaction.Cleaned) -> tuple[Path, int] | None:
+        """On disk, the cleaned batches written to a new file, ready for :meth:`apply_clean`
+        (safe in another thread); None in memory or when nothing is left."""
+        if self.files is None or not job.count:
+            return None
+        return self.files.stage_cleaned(job.first_segment, list(result.batches))
+
+    def apply_clean(self, job: CleanJob, result: compaction.Cleaned, staged: tuple[Path, int] | None = None) -> bool:
         """Install a pass's result unless the batches it read changed meanwhile (retention or
         DeleteRecords moved the log start): then False, and the next pass starts again.  Appends
         only add batches after them, so those stay.  On disk the cleaned batches replace the
-        segments they came from (Kafka's swap protocol, :meth:`SegmentFiles.replace_closed`)."""
+        segments they came from (Kafka's swap protocol, :meth:`SegmentFiles.replace_closed`):
+        the file :meth:`stage_clean` wrote for this job (``staged``, None if nothing is left)."""
         head = self._head
         end = head + job.count
         if job.version != self._version or end > len(self._base):
@@ -624,12 +635,13 @@ class PartitionLog:
             kept_last.append(h.last_offset)
             kept_ts.append(h.max_timestamp)
             pos += len(batch)
-        if self.files is not None:
-            if job.count:
-                try:
-                    self.files.replace_closed(self._pos_at(end), list(result.batches))
-                except OSError as e:
-                    raise BatchError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot install the cleaned log: {e}") from e
+        if self.files is not None and job.count:
+            if result.batches and staged is None:
+                raise ValueError("apply_clean on disk needs the file stage_clean wrote")
+            try:
+                self.files.replace_closed(self._pos_at(end), staged)
+            except OSError as e:
+                raise BatchError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot install the cleaned log: {e}") from e
         shift = pos - self._pos_at(end)
         self._pos = kept_pos + _ints(p + shift for p in self._pos[end:])
         self._base = kept_base + self._base[end:]
@@ -652,10 +664,10 @@ class PartitionLog:
         self, now_ms: int, policy: LogPolicy, max_uncompressed: int = DEFAULT_MAX_UNCOMPRESSED
     ) -> compaction.Cleaned:
         """One cleaning pass here and now (:meth:`clean_job`, :meth:`CleanJob.run`,
-        :meth:`apply_clean`)."""
+        :meth:`stage_clean`, :meth:`apply_clean`)."""
         job = self.clean_job(now_ms, policy, max_uncompressed)
         result = job.run()
-        assert self.apply_clean(job, result)
+        assert self.apply_clean(job, result, self.stage_clean(job, result))
         return result
 
     # ------------------------------------------------------------------ timestamps

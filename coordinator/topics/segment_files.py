@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import os
 import shutil
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,11 +178,27 @@ class SegmentFiles:
             gone += 1
         return gone
 
-    def replace_closed(self, upto: int, batches: list[bytes]) -> int:
-        """Compaction: the closed segments ending at or before global ``upto`` are replaced by one
-        segment holding ``batches`` (named as the first of them, its first byte at global 0); the later
-        segments' global positions shift accordingly.  Kafka's swap protocol, so a crash in the
-        middle is finished at the next start (``finish_cleaner_leftovers``).  Returns the shift."""
+    def stage_cleaned(self, base_offset: int, batches: list[bytes]) -> tuple[Path, int] | None:
+        """Compaction, first half (any thread: it touches only a new file): write the cleaned
+        ``batches`` to ``<base>.log.cleaned`` and fsync it.  (path, size); None for no batches."""
+        if not batches:
+            return None
+        path = self.pdir / f"{base_offset:020d}{CLEANED_SUFFIX}"
+        size = 0
+        with open(path, "wb") as f:
+            for b in batches:
+                f.write(b)
+                size += len(b)
+            f.flush()
+            os.fsync(f.fileno())
+        return path, size
+
+    def replace_closed(self, upto: int, staged: tuple[Path, int] | None) -> int:
+        """Compaction, second half (renames only): the closed segments ending at or before global
+        ``upto`` are replaced by the ``staged`` cleaned file (named as the first of them, its first
+        byte at global 0; None: they all go); the later segments' global positions shift
+        accordingly.  Kafka's swap protocol, so a crash in the middle is finished at the next start
+        (``finish_cleaner_leftovers``).  Returns the shift."""
         old = [s for s in self.segments[:-1] if s.start < upto and s.end <= upto]  # never the active one
         rest = self.segments[len(old) :]
         shift = 0
@@ -189,27 +206,23 @@ class SegmentFiles:
         if old:
             base_offset = old[0].base_offset
             end_offset = rest[0].base_offset if rest else old[-1].base_offset + 1
-            cleaned = self.pdir / f"{base_offset:020d}{CLEANED_SUFFIX}"
-            size = 0
-            if batches:
-                with open(cleaned, "wb") as f:
-                    for b in batches:
-                        f.write(b)
-                        size += len(b)
-                    f.flush()
-                    os.fsync(f.fileno())
-                swap = self.pdir / swap_name(base_offset, end_offset)
-                os.replace(cleaned, swap)
+            swap = self.pdir / swap_name(base_offset, end_offset)
+            if staged is not None:
+                os.replace(staged[0], swap)
                 fsync_dir(self.pdir)
             for s in old:
                 self._close_remove(s)
-            if batches:
+            size = 0
+            if staged is not None:
                 final = self.pdir / segment_name(base_offset)
-                os.replace(self.pdir / swap_name(base_offset, end_offset), final)
+                os.replace(swap, final)
                 fd = os.open(final, os.O_RDWR | os.O_APPEND)
+                size = staged[1]
                 new.append(SegmentFile(base_offset, final, fd, 0, size))
             fsync_dir(self.pdir)
-            shift = size - (old[-1].end if old else 0)
+            shift = size - old[-1].end
+        elif staged is not None:
+            staged[0].unlink(missing_ok=True)
         for s in rest:
             s.start += shift
         self.segments = new + rest
@@ -236,7 +249,9 @@ class SegmentFiles:
             return
         doomed = self.pdir.with_name(f"{self.pdir.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
         os.replace(self.pdir, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+        # the data goes in the background (its size is the topic's); a crash leaves the
+        # -delete directory, which the next start removes
+        threading.Thread(target=shutil.rmtree, args=(doomed, True), name="delete-partition", daemon=True).start()
 
 
 def remove_leftovers(data_dir: Path) -> list[Path]:

@@ -508,13 +508,18 @@ class TopicStore:
         if not plog.needs_cleaning(now, p):
             return False
         job = plog.clean_job(now, p, self.max_uncompressed)
+        loop = asyncio.get_running_loop()
         try:
-            result = await asyncio.get_running_loop().run_in_executor(None, job.run)
+            result = await loop.run_in_executor(None, job.run)
+            # on disk the cleaned segment is written off the loop too; only renames are left
+            staged = await loop.run_in_executor(None, plog.stage_clean, job, result)
         except OSError:
             if plog.deleted or job.version != plog.layout_version:
                 return False  # a segment it read went meanwhile (deletion, retention): the next pass starts again
             raise
-        if plog.deleted or not plog.apply_clean(job, result):
+        if plog.deleted or not plog.apply_clean(job, result, staged):
+            if staged is not None:
+                staged[0].unlink(missing_ok=True)
             return False
         self._log_cleaned(plog, result)
         return True
