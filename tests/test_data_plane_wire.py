@@ -745,4 +745,11 @@ def test_the_metadata_cache_keeps_answers_only_while_the_store_is_unchanged() ->
     assert c.get(5, ("k",)) is answer
     c.put(4, ("other",), answer)  # built before a change: not kept
     assert c.get(5, ("other",)) is None
-    assert c.get(6, ("k",)) is None and c.answers == {}  # the store changed: everything goes
+    assert c.get(6, ("k",)) is None and c.answers == {} and c.bytes == 0  # the store changed: everything goes
+    huge = Encoded(bytes(2 * 1024 * 1024))
+    c.put(6, ("huge",), huge)  # over a quarter of the budget: not kept
+    assert c.get(6, ("huge",)) is None
+    quarter = Encoded(bytes(1024 * 1024))
+    for i in range(5):  # the fifth would pass the 4 MiB budget: the cache empties first
+        c.put(6, (i,), quarter)
+    assert list(c.answers) == [(4,)] and c.bytes == 1024 * 1024

@@ -20,8 +20,8 @@ Answers are built in slices that yield to other connections.
 
 Cache (docs/BENCHMARKS.md, hot paths): clients ask the same question again and again (every
 ``topic.metadata.refresh.interval.ms``, on every error).  An answer whose topics all exist is
-kept encoded, per broker, keyed by the version, the requested names (or "all") and the
-broker's address, and used as long as the topic store has not changed (its ``mutations``
+kept encoded (at most 4 MiB of answers per broker), keyed by the version, the requested names
+(or "all") and the broker's address, and used as long as the topic store has not changed (its ``mutations``
 counter: creations, deletions, new partitions, config changes).  Answers with errors, topic
 ids in the request, or auto-creation are always built afresh.
 """
@@ -47,30 +47,37 @@ _AUTHZ_OPS_UNSET = -2147483648
 ZERO_UUID = uuid.UUID(int=0)
 # Partition entries built between two checks of the time slice.
 _PARTITIONS_PER_TICK = 200
-_CACHED_ANSWERS = 256  # per broker; the cache is emptied when full
+# per broker: at most this many bytes of answers (emptied when full), none larger than a quarter
+_CACHE_BYTES = 4 * 1024 * 1024
 
 
 class _Cache:
     """Encoded answers of one topic store, valid while its ``mutations`` counter stays put."""
 
-    __slots__ = ("answers", "mutations")
+    __slots__ = ("answers", "bytes", "mutations")
 
     def __init__(self) -> None:
         self.mutations = -1
+        self.bytes = 0
         self.answers: dict[tuple[Any, ...], codec.Encoded] = {}
 
     def get(self, mutations: int, key: tuple[Any, ...]) -> codec.Encoded | None:
         if mutations != self.mutations:
             self.answers.clear()
+            self.bytes = 0
             self.mutations = mutations
             return None
         return self.answers.get(key)
 
     def put(self, mutations: int, key: tuple[Any, ...], answer: codec.Encoded) -> None:
-        if mutations != self.mutations:
-            return  # the store changed while the answer was built
-        if len(self.answers) >= _CACHED_ANSWERS:
+        size = len(answer.body)
+        if mutations != self.mutations or size > _CACHE_BYTES // 4:
+            return  # the store changed while the answer was built, or the answer is too large
+        if self.bytes + size > _CACHE_BYTES:
             self.answers.clear()
+            self.bytes = 0
+        old = self.answers.get(key)
+        self.bytes += size - (len(old.body) if old is not None else 0)
         self.answers[key] = answer
 
 
