@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 from rallypoint.groups.consumer import ConsumerGroupConfig, ConsumerGroupMachine
+from rallypoint.groups.consumer_events import ClassicGroupSnapshot
 from rallypoint.groups.events import ConsumerMemberKey
 from rallypoint.groups.reconciliation import MemberState
 from rallypoint.protocol.consumer_group_records import (
@@ -801,32 +802,39 @@ def test_upgrade_records_from_a_classic_group(h: Harness) -> None:
     assert down.machine.upgrade_records(snap) == E.GROUP_ID_NOT_FOUND
 
 
-def test_a_consumer_join_upgrades_a_live_classic_group(h: Harness) -> None:
-    """The wired upgrade: a consumer-protocol join for a group id a live classic group holds
-    asks the classic side to hand it over (ConvertClassic, before any record is persisted),
-    writes the upgrade records, arms each classic member's session timer with its classic
-    session timeout, then joins; a failed write undoes the consumer group."""
+def _live_classic_group(members: dict[str, tuple[int, ...]]) -> ClassicGroupSnapshot:
+    """A Stable classic group "g" at generation 4 as the classic coordinator describes it for an
+    upgrade: each member subscribed to "t" (range), owning the given partitions, session 7 s."""
     from rallypoint.groups.consumer_events import ClassicGroupSnapshot, ClassicMemberSnapshot
     from rallypoint.protocol.consumer_protocol import Assignment, TopicPartitions, encode_assignment
 
-    snap = ClassicGroupSnapshot(
+    return ClassicGroupSnapshot(
         "g",
         4,
         "consumer",
         "range",
-        (
+        tuple(
             ClassicMemberSnapshot(
-                "c1",
+                mid,
                 None,
                 "cid",
                 "/h",
                 7000,
                 20000,
                 (("range", _subscription(["t"])),),
-                encode_assignment(Assignment(0, (TopicPartitions("t", (0, 1, 2, 3, 4, 5)),))),
-            ),
+                encode_assignment(Assignment(0, (TopicPartitions("t", parts),))),
+            )
+            for mid, parts in members.items()
         ),
     )
+
+
+def test_a_consumer_join_upgrades_a_live_classic_group(h: Harness) -> None:
+    """The wired upgrade: a consumer-protocol join for a group id a live classic group holds
+    asks the classic side to hand it over (ConvertClassic, before any record is persisted),
+    writes the upgrade records, arms each classic member's session timer with its classic
+    session timeout, then joins; a failed write undoes the consumer group."""
+    snap = _live_classic_group({"c1": (0, 1, 2, 3, 4, 5)})
     h.machine.classic_members = lambda gid: 1 if gid == "g" else None
     h.machine.classic_snapshot = lambda gid: snap if gid == "g" else None
     n = Client(h, "n", ["t"])
@@ -856,30 +864,11 @@ def test_the_last_consumer_protocol_member_leaving_downgrades_the_group(h: Harne
     classic coordinator gets the group (DowngradeToClassic after them) at the group epoch,
     each member with its protocols, classic session timeout and target assignment.  With the
     policy ``upgrade`` the member is only removed and the group stays a consumer group."""
-    from rallypoint.groups.consumer_events import ClassicGroupSnapshot, ClassicMemberSnapshot
     from rallypoint.protocol.consumer_group_records import GroupMetadataKey
-    from rallypoint.protocol.consumer_protocol import Assignment, TopicPartitions, decode_assignment, encode_assignment
+    from rallypoint.protocol.consumer_protocol import decode_assignment
 
     def snapshot() -> ClassicGroupSnapshot:
-        return ClassicGroupSnapshot(
-            "g",
-            4,
-            "consumer",
-            "range",
-            tuple(
-                ClassicMemberSnapshot(
-                    mid,
-                    None,
-                    "cid",
-                    "/h",
-                    7000,
-                    20000,
-                    (("range", _subscription(["t"])),),
-                    encode_assignment(Assignment(0, (TopicPartitions("t", parts),))),
-                )
-                for mid, parts in (("c1", (0, 1, 2)), ("c2", (3, 4, 5)))
-            ),
-        )
+        return _live_classic_group({"c1": (0, 1, 2), "c2": (3, 4, 5)})
 
     def upgraded(harness: Harness) -> Client:
         harness.machine.classic_members = lambda gid: 2

@@ -398,6 +398,15 @@ def test_classic_member_in_a_consumer_group(fast_broker: BrokerProcess, members:
     assert all(not m.errors for m in members), [m.errors for m in members]
 
 
+# a classic-protocol confluent consumer with the range assignor (no assignor user data)
+CLASSIC_RANGE = {
+    "group.protocol": "classic",
+    "partition.assignment.strategy": "range",
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 300,
+}
+
+
 def test_rolling_upgrade_of_a_classic_group(fast_broker: BrokerProcess, members: list[Member]) -> None:
     """Two classic confluent consumers (range, no user data); one is restarted with
     ``group.protocol=consumer``: the live classic group becomes a consumer group at once
@@ -408,14 +417,8 @@ def test_rolling_upgrade_of_a_classic_group(fast_broker: BrokerProcess, members:
     produce(fast_broker, "cg-up", 60)
     own = Ownership()
     group = f"g-{uuid.uuid4().hex[:8]}"
-    classic = {
-        "group.protocol": "classic",
-        "partition.assignment.strategy": "range",
-        "session.timeout.ms": 6000,
-        "heartbeat.interval.ms": 300,
-    }
-    a = Member(fast_broker, group, ["cg-up"], "a", own, **classic)
-    b = Member(fast_broker, group, ["cg-up"], "b", own, **classic)
+    a = Member(fast_broker, group, ["cg-up"], "a", own, **CLASSIC_RANGE)
+    b = Member(fast_broker, group, ["cg-up"], "b", own, **CLASSIC_RANGE)
     members += [a, b]
     wait_until(lambda: len(a.owned()) == 3 and len(b.owned()) == 3, 60, "a classic 3 + 3")
     assert str(_describe(fast_broker, group).type).endswith("CLASSIC")
@@ -451,13 +454,7 @@ def test_online_downgrade_when_the_last_consumer_protocol_member_leaves(
     produce(fast_broker, "cg-down", 60)
     own = Ownership()
     group = f"g-{uuid.uuid4().hex[:8]}"
-    classic = {
-        "group.protocol": "classic",
-        "partition.assignment.strategy": "range",
-        "session.timeout.ms": 6000,
-        "heartbeat.interval.ms": 300,
-    }
-    a = Member(fast_broker, group, ["cg-down"], "a", own, **classic)
+    a = Member(fast_broker, group, ["cg-down"], "a", own, **CLASSIC_RANGE)
     members.append(a)
     wait_until(lambda: len(a.owned()) == 6, 60, "the classic member's 6 partitions")
     n = Member(fast_broker, group, ["cg-down"], "n", own)

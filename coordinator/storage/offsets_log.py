@@ -27,7 +27,6 @@ PostgreSQL learnt): every later append to it raises PersistError until a restart
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
 import threading
 import time
@@ -54,6 +53,7 @@ from rallypoint.protocol.offsets_schema import (
 from rallypoint.protocol.records import Record, build_batch, encode_batch, end_txn_marker
 
 from .cleaner import CleanerStopped, CleanResult, clean_partition
+from .dirlock import lock_exclusive
 from .errors import OffsetsLogStartError, PersistError
 from .loader import PartitionState
 from .recovery import check_partition_dirs, plan_moves, replay_partition
@@ -283,11 +283,8 @@ class OffsetsLog:
         """Hold an exclusive lock on ``<data.dir>/__consumer_offsets.lock`` while running: two
         brokers appending to one log would corrupt it (Kafka locks its log dirs the same way)."""
         path = self.data_dir / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        fd = lock_exclusive(path)
+        if fd is None:
             raise OffsetsLogStartError(
                 f"{path} is locked: another rallypoint process is using the data directory {self.data_dir}"
             ) from None

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -46,6 +45,7 @@ from ..clock import Clock, SystemClock
 from ..config import default
 from ..logger import get as get_logger
 from ..slicing import Slicer
+from ..storage.dirlock import lock_exclusive
 from . import compaction, durable
 from . import configs as topic_configs
 from .errors import TopicError
@@ -721,14 +721,11 @@ class TopicStore:
         assert self.data_dir is not None
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path = self.data_dir / durable.LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+        fd = lock_exclusive(path)
+        if fd is None:
             raise TopicStateError(
                 f"{path} is locked: another rallypoint process is using the data directory {self.data_dir}"
-            ) from None
+            )
         self._lock_fd = fd
 
     def load_logs(self) -> durable.LoadReport:
