@@ -279,35 +279,3 @@ def test_store_recreates_deletes_and_locks(tmp_path: Path) -> None:
         await store.stop()
 
     asyncio.run(run())
-
-
-def test_periodic_duties_visit_only_partitions_that_need_them(tmp_path: Path) -> None:
-    """flush.ms: a partition written to joins the store's unflushed set and is fsynced once
-    due; one left to the OS (the default) leaves the set at the next check.  Log starts that
-    move mark the checkpoint for the next write (at most every 60 s; DeleteRecords at once)."""
-    import asyncio
-
-    async def run() -> None:
-        clock = FakeClock(T0)
-        store = TopicStore(data_dir=tmp_path, log_storage="disk", clock=clock)
-        await store.start()
-        timed = store.create("timed", 1, configs={"flush.ms": "1000"})
-        lazy = store.create("lazy", 1)
-        put(timed.partitions[0], keyed([(b"a", b"1")]), T0, store.policy(timed))
-        put(lazy.partitions[0], keyed([(b"a", b"1")]), T0, store.policy(lazy))
-        assert store._unflushed == {timed.partitions[0], lazy.partitions[0]}
-        store._flush_due()
-        assert store._unflushed == {timed.partitions[0]}  # lazy: left to the OS
-        files = timed.partitions[0].files
-        assert files is not None and files.unflushed == 1
-        clock.advance(1000)
-        store._flush_due()
-        assert files.unflushed == 0 and not store._unflushed
-        assert not store._starts_moved
-        lazy.partitions[0].delete_records_before(1)
-        assert store._starts_moved
-        await store.save_log_starts_async()
-        assert "lazy 0 1" in (tmp_path / durable.LOG_START_CHECKPOINT).read_text() and not store._starts_moved
-        await store.stop()
-
-    asyncio.run(run())

@@ -21,7 +21,6 @@ SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 
 _LONG_MIN = -(2**63)
-NEVER_MS = 2**63 - 1  # Long.MAX_VALUE: a flush.ms or lag setting that never triggers
 
 
 def _int(lo: int = _LONG_MIN, hi: int = 2**63 - 1) -> Callable[[str], None]:

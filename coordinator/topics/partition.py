@@ -144,8 +144,6 @@ class PartitionLog:
         # Set by the topic store when it persists end offsets (see the module docstring).
         self.reserved_end: int | None = None
         self.on_reserve: Callable[[PartitionLog, int], None] | None = None
-        # called when the log start moves (the store's log-start checkpoint)
-        self.on_start_moved: Callable[[], None] | None = None
         # The per-batch index, one column each; entries before ``_head`` are dropped (lazily).
         self._base = _ints()
         self._last = _ints()  # last offset of each batch
@@ -414,8 +412,6 @@ class PartitionLog:
         self._head = head
         self._version += 1
         self.log_start_offset = log_start
-        if self.on_start_moved is not None:
-            self.on_start_moved()
         self.first_dirty = max(self.first_dirty, log_start)
         self._active = max(self._active, head)
         self.producers.truncate_head(log_start)

@@ -21,7 +21,6 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,8 +96,6 @@ class SegmentFiles:
         self._starts: list[int] = []
         self.unflushed = 0  # messages written since the last fsync
         self.last_flush_ms: int | None = None
-        # called when a write makes a flushed partition unflushed (the store's flush.ms check)
-        self.on_dirty: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -152,8 +149,6 @@ class SegmentFiles:
         while done < len(view):
             done += os.write(seg.fd, view[done:])
         seg.size += len(batch)
-        if not self.unflushed and self.on_dirty is not None:
-            self.on_dirty()
         self.unflushed += records
 
     def read(self, start: int, end: int) -> bytes:

@@ -28,12 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import os
 import re
 import threading
-import time
 import uuid
 import weakref
 from collections.abc import Iterator, Mapping
@@ -70,9 +68,6 @@ FLUSH_INTERVAL_S = 1.0
 RESERVE_STEP = 1000  # offsets a partition's saved end reservation starts ahead of its end
 MAX_RESERVE_STEP = 1 << 24
 PRODUCER_ID_BLOCK = 1000
-# Kafka's log.flush.start.offset.checkpoint.interval.ms (60 s): how often at most the log-start
-# checkpoint is written while log starts move (DeleteRecords writes it before answering).
-LOG_START_CHECKPOINT_INTERVAL_S = 60.0
 # Partition logs built between two checks of the time slice (build_partitions).
 PARTITIONS_PER_SLICE = 100
 
@@ -163,9 +158,6 @@ class TopicStore:
         self.durable = data_dir is not None and log_storage == "disk"
         self._lock_fd: int | None = None
         self._log_starts_saved: dict[tuple[str, int], int] = {}
-        self._starts_moved = False  # a log start moved since the checkpoint was last written
-        self._starts_saved_at = 0.0  # time.monotonic() of that write
-        self._unflushed: set[PartitionLog] = set()  # written to since their last fsync (flush.ms)
         self.load_report: durable.LoadReport | None = None
         self._topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
@@ -325,8 +317,6 @@ class TopicStore:
         topic = self._topics[name]
         topic.configs = dict(configs)
         topic.policy = None
-        # a new flush.ms applies to data already written
-        self._unflushed.update(p for p in topic.partitions if p.files is not None and p.files.unflushed)
         self._changed()
 
     def delete(self, name: str) -> Topic:
@@ -607,10 +597,6 @@ class TopicStore:
                 topic = self._topics.get(p.topic)
                 if p.files is None and topic is not None and not topic.is_internal:
                     p.files = SegmentFiles(self.data_dir / partition_dir_name(p.topic, p.partition), topic.topic_id)
-                if p.files is not None:
-                    # the periodic duties visit only the partitions that need them
-                    p.files.on_dirty = functools.partial(self._unflushed.add, p)
-                    p.on_start_moved = self._start_moved
             return
         for p in partitions:
             p.on_reserve = self._reserve_now
@@ -746,6 +732,8 @@ class TopicStore:
         """Load every partition's segments (recovering them after a crash): the rules are in
         :mod:`.durable`.  Runs before the broker listens."""
         assert self.data_dir is not None
+        import time
+
         t0 = time.monotonic()
         for gone in remove_leftovers(self.data_dir):
             log.info("interrupted deletion finished", path=str(gone))
@@ -769,7 +757,6 @@ class TopicStore:
                     now_ms=now,
                     report=report,
                 )
-            self._attach(topic.partitions)
         for entry in self.data_dir.iterdir():
             parsed = parse_partition_dir_name(entry.name)
             if parsed is None or not entry.is_dir() or parsed[0] in INTERNAL_TOPICS:
@@ -800,15 +787,10 @@ class TopicStore:
     def _log_starts(self) -> dict[tuple[str, int], int]:
         return {(p.topic, p.partition): p.log_start_offset for p in self._durable_partitions()}
 
-    def _start_moved(self) -> None:
-        self._starts_moved = True
-
     def save_log_starts(self) -> None:
         """Write ``log-start-offset-checkpoint`` if a log start moved since the last write."""
         if not self.durable or self.data_dir is None:
             return
-        self._starts_moved = False
-        self._starts_saved_at = time.monotonic()
         starts = self._log_starts()
         if starts != self._log_starts_saved:
             durable.write_checkpoint(self.data_dir / durable.LOG_START_CHECKPOINT, starts)
@@ -820,30 +802,21 @@ class TopicStore:
             await asyncio.to_thread(self.save_log_starts)
 
     def _flush_due(self) -> None:
-        """The periodic duties of durable logs, proportional to what changed: ``flush.ms`` for the
-        partitions written to since their last fsync, and the log-start checkpoint at most every
-        ``LOG_START_CHECKPOINT_INTERVAL_S`` while starts move (Kafka's
-        ``log.flush.start.offset.checkpoint.interval.ms``; DeleteRecords writes it at once)."""
+        """The periodic duties of durable logs: ``flush.ms``, and the log-start checkpoint."""
         now = self.clock.now_ms()
-        for plog in list(self._unflushed):
-            topic = self._topics.get(plog.topic)
-            if plog.deleted or plog.files is None or not plog.files.unflushed or topic is None:
-                self._unflushed.discard(plog)
+        for topic in self._topics.values():
+            if topic.is_internal:
                 continue
             p = self.policy(topic)
-            if p.flush_ms >= topic_configs.NEVER_MS:
-                self._unflushed.discard(plog)  # left to the OS (flush.messages acts on append)
-                continue
-            try:
-                if plog.flush(now, p):
-                    self._unflushed.discard(plog)
-            except OSError as e:
-                log.error("could not flush partition", topic=topic.name, partition=plog.partition, error=str(e))
-        if self._starts_moved and time.monotonic() - self._starts_saved_at >= LOG_START_CHECKPOINT_INTERVAL_S:
-            try:
-                self.save_log_starts()
-            except OSError as e:
-                log.error("could not save log start offsets", error=str(e))
+            for plog in topic.partitions:
+                try:
+                    plog.flush(now, p)
+                except OSError as e:
+                    log.error("could not flush partition", topic=topic.name, partition=plog.partition, error=str(e))
+        try:
+            self.save_log_starts()
+        except OSError as e:
+            log.error("could not save log start offsets", error=str(e))
 
     def close_logs(self) -> None:
         """Clean shutdown: every active segment fsynced and closed, the checkpoints written, then
