@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from rallypoint.protocol.records import RecordsError, read_header
 from rallypoint.storage.segments import list_segments
+from rallypoint.topics.segment_files import PARTITION_METADATA, parse_partition_dir_name
+from rallypoint.topics.store import INTERNAL_TOPICS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-INTERNAL = frozenset({"__consumer_offsets", "__transaction_state"})
-PARTITION_METADATA = "partition.metadata"  # only partition directories of topic data have it
 
 ARROW_SCHEMA = pa.schema(
     [
@@ -80,11 +80,13 @@ def find_topic_segments(broker: str, data_dir: str | os.PathLike[str]) -> list[T
     if not root.is_dir():
         return out
     for pdir in sorted(root.iterdir()):
-        topic, sep, index = pdir.name.rpartition("-")
-        if not sep or not index.isdigit() or topic in INTERNAL or not (pdir / PARTITION_METADATA).is_file():
+        parsed = parse_partition_dir_name(pdir.name)
+        # only partition directories of topic data have partition.metadata
+        if parsed is None or parsed[0] in INTERNAL_TOPICS or not (pdir / PARTITION_METADATA).is_file():
             continue
+        topic, index = parsed
         for base, path in list_segments(pdir):
-            out.append(TopicSegment(broker, topic, int(index), base, str(path), path.stat().st_size))
+            out.append(TopicSegment(broker, topic, index, base, str(path), path.stat().st_size))
     return out
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import mmap
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def open_partition(
     pdir: Path,
     topic: str,
     index: int,
-    topic_id: object,
+    topic_id: uuid.UUID,
     *,
     saved_next: int,
     log_start: int | None,
@@ -92,9 +93,6 @@ def open_partition(
     report: LoadReport,
 ) -> PartitionLog:
     """The partition's log, loaded from ``pdir`` by the recovery rules (module docstring)."""
-    import uuid
-
-    assert isinstance(topic_id, uuid.UUID)
     files = SegmentFiles(pdir, topic_id)
     if pdir.is_dir():
         tid = read_topic_id(pdir)
