@@ -15,6 +15,7 @@ from .clock import Clock, SystemClock
 from .config import Config
 from .groups.consumer_runtime import ConsumerGroupsRuntime
 from .groups.runtime import GroupsRuntime
+from .share.runtime import ShareGroupsRuntime, ShareSettings
 from .storage import OffsetsLog
 from .topics import TopicStore
 from .topics import configs as topic_configs
@@ -72,6 +73,16 @@ def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
         fsync=cfg["rallypoint.offsets.flush"] == "always",
     )
     transactions.offsets_marker = groups.complete_transaction
+    # share groups (KIP-932): a group id is one kind of group only
+    share_groups = ShareGroupsRuntime(
+        ShareSettings.from_config(cfg.get),
+        clock,
+        topics,
+        lambda g, name: broker.group_configs.get(g, name),  # per-group share.* configs
+        data_dir=data_dir(cfg),
+        fsync=cfg["rallypoint.offsets.flush"] == "always",
+        other_group=lambda gid: gid in groups.machine.groups or consumer_groups.is_consumer_group(gid),
+    )
     broker = Broker(
         cfg,
         clock=clock,
@@ -80,6 +91,7 @@ def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
         consumer_groups=consumer_groups,
         offsets_log=offsets_log,
         transactions=transactions,
+        share_groups=share_groups,
     )
     consumer_groups.machine.group_setting = broker.group_configs.get  # per-group session/heartbeat settings
     broker.add_component(broker.topics)
@@ -87,4 +99,5 @@ def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     broker.add_component(consumer_groups)
     broker.add_component(offsets_log)  # after the groups runtime: its start() loads into it
     broker.add_component(transactions)  # after the offsets log: its markers may go there
+    broker.add_component(share_groups)
     return broker

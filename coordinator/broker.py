@@ -26,6 +26,7 @@ from .security.listeners import CURRENT_ENDPOINT
 if TYPE_CHECKING:
     from .groups.consumer_runtime import ConsumerGroupsRuntime
     from .groups.runtime import GroupsRuntime
+    from .share.runtime import ShareGroupsRuntime
     from .storage import OffsetsLog
     from .topics import TopicStore
     from .transactions.runtime import TransactionsRuntime
@@ -108,6 +109,7 @@ class Broker:
         consumer_groups: ConsumerGroupsRuntime,
         offsets_log: OffsetsLog,
         transactions: TransactionsRuntime,
+        share_groups: ShareGroupsRuntime,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -119,6 +121,7 @@ class Broker:
         self.consumer_groups = consumer_groups  # KIP-848 consumer groups
         self.offsets_log = offsets_log
         self.transactions = transactions  # the transaction coordinator (docs/transactions.md)
+        self.share_groups = share_groups  # share groups (docs/share-groups.md)
         self.bound_port: int = config["port"]  # the server sets the port it really bound
         # SASL users and SCRAM credentials (docs/security.md, "Users and credentials")
         self.credentials = CredentialStore.from_config(config, self.data_dir)
@@ -141,6 +144,10 @@ class Broker:
             return endpoint[1]
         p = self.config["advertised.port"]
         return int(p) if p is not None else self.bound_port
+
+    def connection_closed(self, connection_id: int) -> None:
+        """The server's word that a client connection is gone (share sessions go with it)."""
+        self.share_groups.connection_closed(connection_id)
 
     def add_component(self, component: Component) -> None:
         """Start ``component`` with the broker (in registration order) and stop it in reverse."""

@@ -290,6 +290,35 @@ SETTINGS: Final[dict[str, Setting]] = {
             1000,
             "least time between two target assignments of a group",
         ),
+        # share groups: docs/share-groups.md, "Configuration"
+        Setting("group.share.session.timeout.ms", _int_range(1, INT32_MAX), 45000, "share-group session timeout"),
+        Setting("group.share.min.session.timeout.ms", _int_range(1, INT32_MAX), 45000, "its lower bound"),
+        Setting("group.share.max.session.timeout.ms", _int_range(1, INT32_MAX), 60000, "its upper bound"),
+        Setting("group.share.heartbeat.interval.ms", _int_range(1, INT32_MAX), 5000, "share-group heartbeat"),
+        Setting("group.share.min.heartbeat.interval.ms", _int_range(1, INT32_MAX), 5000, "its lower bound"),
+        Setting("group.share.max.heartbeat.interval.ms", _int_range(1, INT32_MAX), 15000, "its upper bound"),
+        Setting(
+            "group.share.record.lock.duration.ms",
+            _int_range(1000, 3600000),
+            30000,
+            "how long a share consumer holds the records it acquired",
+        ),
+        Setting("group.share.min.record.lock.duration.ms", _int_range(1000, 30000), 15000, "its lower bound"),
+        Setting("group.share.max.record.lock.duration.ms", _int_range(30000, 3600000), 60000, "its upper bound"),
+        Setting(
+            "group.share.delivery.count.limit",
+            _int_range(2, 10),
+            5,
+            "deliveries of a record before it is archived",
+        ),
+        Setting(
+            "group.share.partition.max.record.locks",
+            _int_range(100, 10000),
+            2000,
+            "records in flight per share partition",
+        ),
+        Setting("group.share.max.size", _int_range(1, 1000), 200, "members per share group"),
+        Setting("group.share.max.share.sessions", _int_range(1, INT32_MAX), 2000, "share sessions per broker"),
         Setting("offsets.topic.num.partitions", _int_range(1, 10000), 50, "partitions of `__consumer_offsets`"),
         # transactions: docs/transactions.md, "Configuration"
         Setting(
@@ -524,3 +553,8 @@ def _check_consumer_group_settings(values: Mapping[str, Any]) -> None:
         raise ConfigError(
             f"{p}assignors must list distinct assignors among uniform, range (got {values[p + 'assignors']!r})"
         )
+    s = "group.share."
+    for what in ("session.timeout.ms", "heartbeat.interval.ms", "record.lock.duration.ms"):
+        lo, v, hi = values[s + "min." + what], values[s + what], values[s + "max." + what]
+        if not lo <= v <= hi:
+            raise ConfigError(f"{s}{what} ({v}) must be between {s}min.{what} ({lo}) and {s}max.{what} ({hi})")

@@ -381,6 +381,10 @@ class Server:
             self._busy.discard(cid)
             with contextlib.suppress(Exception):
                 writer.close()
+            try:
+                self.broker.connection_closed(cid)
+            except Exception:
+                log.exception("connection close hook failed", connection=cid)
 
     def _size_socket_buffers(self, writer: asyncio.StreamWriter) -> None:
         """Kafka's socket.send/receive.buffer.bytes: a fixed kernel buffer (no autotuning to

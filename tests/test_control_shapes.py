@@ -79,6 +79,7 @@ def expected_paths(name: str, version: int) -> list[str]:
         "OffsetForLeaderEpoch": ["topics.partitions"],
         "DescribeGroups": ["groups"],
         "ConsumerGroupDescribe": ["groups"],
+        "ShareGroupDescribe": ["groups"],  # ShareGroupDescribeRequest.getErrorResponse: per group
         "DeleteGroups": ["results"],
         "CreateTopics": ["topics"],
         "DeleteTopics": ["responses"],

@@ -163,6 +163,8 @@ FLEXIBLE_SINCE_EXTRA: dict[int, int] = {
     72: 0,  # PushTelemetry
     76: 0,  # ShareGroupHeartbeat
     77: 0,  # ShareGroupDescribe
+    78: 0,  # ShareFetch
+    79: 0,  # ShareAcknowledge
 }
 
 

@@ -47,17 +47,6 @@ def _int_between(lo_key: str, hi_key: str) -> Callable[[str, Mapping[str, Any]],
     return check
 
 
-def _int_at_least(lo: int) -> Callable[[str, Mapping[str, Any]], str | None]:
-    def check(value: str, broker: Mapping[str, Any]) -> str | None:
-        try:
-            n = int(value.strip())
-        except ValueError:
-            return "Expected value to be a 32-bit integer"
-        return None if n >= lo else f"Value must be at least {lo}"
-
-    return check
-
-
 def _reset(value: str, broker: Mapping[str, Any]) -> str | None:
     v = value.strip().lower()
     if v in ("latest", "earliest"):
@@ -90,9 +79,27 @@ GROUP_CONFIGS: Final[dict[str, GroupConfigDef]] = {
             _int_between("group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms"),
             3,
         ),
-        GroupConfigDef("share.session.timeout.ms", None, "45000", _int_at_least(1), 3),
-        GroupConfigDef("share.heartbeat.interval.ms", None, "5000", _int_at_least(1), 3),
-        GroupConfigDef("share.record.lock.duration.ms", None, "30000", _int_at_least(1000), 3),
+        GroupConfigDef(
+            "share.session.timeout.ms",
+            "group.share.session.timeout.ms",
+            "45000",
+            _int_between("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
+            3,
+        ),
+        GroupConfigDef(
+            "share.heartbeat.interval.ms",
+            "group.share.heartbeat.interval.ms",
+            "5000",
+            _int_between("group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
+            3,
+        ),
+        GroupConfigDef(
+            "share.record.lock.duration.ms",
+            "group.share.record.lock.duration.ms",
+            "30000",
+            _int_between("group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms"),
+            3,
+        ),
         GroupConfigDef("share.auto.offset.reset", None, "latest", _reset, 2),
         GroupConfigDef("share.isolation.level", None, "read_uncommitted", _isolation, 2),
     )
