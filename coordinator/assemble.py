@@ -10,6 +10,10 @@ groups it replays into the already started runtime); stop order is the reverse.
 
 from __future__ import annotations
 
+from functools import partial
+
+from rallypoint.protocol.share_group_records import is_share_record_type
+
 from .broker import Broker, data_dir
 from .clock import Clock, SystemClock
 from .config import Config
@@ -40,6 +44,22 @@ def build_topics(cfg: Config, clock: Clock | None = None) -> TopicStore:
     )
 
 
+def _load_modern_groups(
+    consumer: ConsumerGroupsRuntime,
+    share: ShareGroupsRuntime,
+    partition: int,
+    records: list[tuple[bytes, bytes | None]],
+) -> None:
+    """Hand a ``__consumer_offsets`` partition's consumer-group and share-group records, each in
+    log order, to their coordinators."""
+    mine: list[tuple[bytes, bytes | None]] = []
+    shared: list[tuple[bytes, bytes | None]] = []
+    for r in records:
+        (shared if is_share_record_type(int.from_bytes(r[0][:2], "big", signed=True)) else mine).append(r)
+    consumer.load_raw(partition, mine)
+    share.load_raw(partition, shared)
+
+
 def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     clock = clock or SystemClock()
     topics = build_topics(cfg, clock)
@@ -56,7 +76,6 @@ def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
     consumer_groups.machine.classic_snapshot = groups.upgrade_snapshot
     consumer_groups.convert_classic = groups.convert_to_consumer
     consumer_groups.downgrade_classic = groups.install_downgraded
-    offsets_log.consumer_loader = consumer_groups.load_raw
     offsets_log.pending_loader = groups.load_pending  # transactional offsets awaiting a marker
     transactions = TransactionsRuntime(
         TxnConfig(
@@ -82,7 +101,10 @@ def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
         data_dir=data_dir(cfg),
         fsync=cfg["rallypoint.offsets.flush"] == "always",
         other_group=lambda gid: gid in groups.machine.groups or consumer_groups.is_consumer_group(gid),
+        offsets_log=offsets_log,
+        partition_for=groups.partition_for,
     )
+    offsets_log.consumer_loader = partial(_load_modern_groups, consumer_groups, share_groups)
     broker = Broker(
         cfg,
         clock=clock,

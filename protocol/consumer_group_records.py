@@ -24,6 +24,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+from .flexible import RecordLayoutError, ValueReader, ValueWriter
+
 GROUP_METADATA: Final = 3
 PARTITION_METADATA: Final = 4
 MEMBER_METADATA: Final = 5
@@ -46,13 +48,11 @@ RECORD_TYPES: Final = frozenset(
 VALUE_VERSION: Final = 0
 
 _I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
-_I8 = struct.Struct(">b")
 
 
-class ConsumerRecordError(ValueError):
-    """Bytes that are not a consumer-group record of a layout we know."""
+# Bytes that are not a consumer-group record of a layout we know (the primitives' error).
+ConsumerRecordError = RecordLayoutError
 
 
 # ------------------------------------------------------------------------------------- keys
@@ -219,178 +219,11 @@ _VALUE_FOR_KEY: Final[dict[type, type]] = {
     RegularExpressionKey: RegularExpressionValue,
 }
 
-# ---------------------------------------------------------------------------- primitives
-
-
-class _W:
-    __slots__ = ("buf",)
-
-    def __init__(self, prefix: int) -> None:
-        self.buf = bytearray(_I16.pack(prefix))
-
-    def uvarint(self, n: int) -> None:
-        if n < 0:
-            raise ConsumerRecordError("negative unsigned varint")
-        while n > 0x7F:
-            self.buf.append((n & 0x7F) | 0x80)
-            n >>= 7
-        self.buf.append(n)
-
-    def i8(self, n: int) -> None:
-        self.buf += _I8.pack(n)
-
-    def i32(self, n: int) -> None:
-        self.buf += _I32.pack(n)
-
-    def i64(self, n: int) -> None:
-        self.buf += _I64.pack(n)
-
-    def classic_string(self, s: str) -> None:
-        raw = s.encode("utf-8")
-        if len(raw) > 0x7FFF:
-            raise ConsumerRecordError(f"string of {len(raw)} bytes is longer than 32767")
-        self.buf += _I16.pack(len(raw))
-        self.buf += raw
-
-    def string(self, s: str | None) -> None:
-        if s is None:
-            self.uvarint(0)
-            return
-        raw = s.encode("utf-8")
-        if len(raw) > 0x7FFF:
-            raise ConsumerRecordError(f"string of {len(raw)} bytes is longer than 32767")
-        self.uvarint(len(raw) + 1)
-        self.buf += raw
-
-    def bytes_(self, b: bytes) -> None:
-        self.uvarint(len(b) + 1)
-        self.buf += b
-
-    def uuid(self, u: uuid.UUID) -> None:
-        self.buf += u.bytes
-
-    def array_len(self, n: int) -> None:
-        self.uvarint(n + 1)
-
-    def i32_array(self, items: tuple[int, ...]) -> None:
-        self.array_len(len(items))
-        for i in items:
-            self.i32(i)
-
-    def string_array(self, items: tuple[str, ...]) -> None:
-        self.array_len(len(items))
-        for s in items:
-            self.string(s)
-
-    def tags(self, fields: list[tuple[int, bytes]] | None = None) -> None:
-        fields = fields or []
-        self.uvarint(len(fields))
-        for tag, data in fields:
-            self.uvarint(tag)
-            self.uvarint(len(data))
-            self.buf += data
-
-    def done(self) -> bytes:
-        return bytes(self.buf)
-
-
-class _R:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes, pos: int = 2) -> None:
-        self.buf = buf
-        self.pos = pos
-
-    def take(self, n: int) -> bytes:
-        end = self.pos + n
-        if n < 0 or end > len(self.buf):
-            raise ConsumerRecordError(f"truncated: need {n} bytes at {self.pos}, have {len(self.buf) - self.pos}")
-        out = self.buf[self.pos : end]
-        self.pos = end
-        return out
-
-    def uvarint(self) -> int:
-        n = shift = 0
-        while True:
-            if self.pos >= len(self.buf):
-                raise ConsumerRecordError("truncated varint")
-            b = self.buf[self.pos]
-            self.pos += 1
-            n |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return n
-            shift += 7
-            if shift > 35:
-                raise ConsumerRecordError("varint too long")
-
-    def i8(self) -> int:
-        return int(_I8.unpack(self.take(1))[0])
-
-    def i32(self) -> int:
-        return int(_I32.unpack(self.take(4))[0])
-
-    def i64(self) -> int:
-        return int(_I64.unpack(self.take(8))[0])
-
-    def _utf8(self, raw: bytes) -> str:
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ConsumerRecordError(f"invalid UTF-8: {e}") from None
-
-    def classic_string(self) -> str:
-        n = int(_I16.unpack(self.take(2))[0])
-        if n < 0:
-            raise ConsumerRecordError("null in a non-nullable string")
-        return self._utf8(self.take(n))
-
-    def nullable_string(self) -> str | None:
-        n = self.uvarint()
-        return None if n == 0 else self._utf8(self.take(n - 1))
-
-    def string(self) -> str:
-        s = self.nullable_string()
-        if s is None:
-            raise ConsumerRecordError("null in a non-nullable string")
-        return s
-
-    def bytes_(self) -> bytes:
-        n = self.uvarint()
-        if n == 0:
-            raise ConsumerRecordError("null in non-nullable bytes")
-        return self.take(n - 1)
-
-    def uuid(self) -> uuid.UUID:
-        return uuid.UUID(bytes=self.take(16))
-
-    def array_len(self) -> int:
-        n = self.uvarint()
-        if n == 0:
-            raise ConsumerRecordError("null in a non-nullable array")
-        count = n - 1
-        if count > len(self.buf) - self.pos:  # every element takes at least one byte
-            raise ConsumerRecordError(f"array of {count} elements in {len(self.buf) - self.pos} bytes")
-        return count
-
-    def i32_array(self) -> tuple[int, ...]:
-        return tuple(self.i32() for _ in range(self.array_len()))
-
-    def string_array(self) -> tuple[str, ...]:
-        return tuple(self.string() for _ in range(self.array_len()))
-
-    def tags(self) -> dict[int, bytes]:
-        out: dict[int, bytes] = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            out[tag] = self.take(self.uvarint())
-        return out
-
-
 # ------------------------------------------------------------------------------------ keys
 
 
 def encode_key(key: ConsumerKey) -> bytes:
-    w = _W(key.record_type)
+    w = ValueWriter(key.record_type)
     w.classic_string(key.group_id)
     if isinstance(key, MemberMetadataKey | TargetAssignmentMemberKey | CurrentMemberAssignmentKey):
         w.classic_string(key.member_id)
@@ -408,7 +241,7 @@ def record_type(data: bytes) -> int:
 def decode_key(data: bytes) -> ConsumerKey:
     """A consumer-group key (types 3-8, 16); ConsumerRecordError for anything else."""
     rtype = record_type(data)
-    r = _R(data)
+    r = ValueReader(data)
     group = r.classic_string()
     if rtype == GROUP_METADATA:
         return GroupMetadataKey(group)
@@ -430,7 +263,7 @@ def decode_key(data: bytes) -> ConsumerKey:
 # ---------------------------------------------------------------------------------- values
 
 
-def _topic_partitions(w: _W, tps: tuple[TopicPartitions, ...]) -> None:
+def _topic_partitions(w: ValueWriter, tps: tuple[TopicPartitions, ...]) -> None:
     w.array_len(len(tps))
     for tp in tps:
         w.uuid(tp.topic_id)
@@ -438,7 +271,7 @@ def _topic_partitions(w: _W, tps: tuple[TopicPartitions, ...]) -> None:
         w.tags()
 
 
-def _epoch_topic_partitions(w: _W, tps: tuple[EpochTopicPartitions, ...]) -> None:
+def _epoch_topic_partitions(w: ValueWriter, tps: tuple[EpochTopicPartitions, ...]) -> None:
     w.array_len(len(tps))
     for tp in tps:
         w.uuid(tp.topic_id)
@@ -448,13 +281,13 @@ def _epoch_topic_partitions(w: _W, tps: tuple[EpochTopicPartitions, ...]) -> Non
         else:
             if len(tp.assignment_epochs) != len(tp.partitions):
                 raise ConsumerRecordError("AssignmentEpochs must have one entry per partition")
-            sub = _W(0)
+            sub = ValueWriter(0)
             sub.buf.clear()
             sub.i32_array(tp.assignment_epochs)
             w.tags([(0, sub.done())])
 
 
-def _read_epoch_topic_partitions(r: _R) -> tuple[EpochTopicPartitions, ...]:
+def _read_epoch_topic_partitions(r: ValueReader) -> tuple[EpochTopicPartitions, ...]:
     out = []
     for _ in range(r.array_len()):
         tid = r.uuid()
@@ -462,7 +295,7 @@ def _read_epoch_topic_partitions(r: _R) -> tuple[EpochTopicPartitions, ...]:
         epochs: tuple[int, ...] | None = None
         tags = r.tags()
         if 0 in tags:
-            epochs = _R(tags[0], 0).i32_array()
+            epochs = ValueReader(tags[0], 0).i32_array()
             if len(epochs) != len(parts):
                 raise ConsumerRecordError("AssignmentEpochs and Partitions differ in length")
         out.append(EpochTopicPartitions(tid, parts, epochs))
@@ -472,7 +305,7 @@ def _read_epoch_topic_partitions(r: _R) -> tuple[EpochTopicPartitions, ...]:
 def encode_value(value: ConsumerValue) -> bytes:
     if isinstance(value, PartitionMetadataValue):
         return _I16.pack(VALUE_VERSION) + value.raw
-    w = _W(VALUE_VERSION)
+    w = ValueWriter(VALUE_VERSION)
     if isinstance(value, GroupMetadataValue):
         w.i32(value.epoch)
         w.tags([(0, _I64.pack(value.metadata_hash))] if value.metadata_hash else None)
@@ -489,7 +322,7 @@ def encode_value(value: ConsumerValue) -> bytes:
         if classic is None:
             w.tags()
         else:
-            sub = _W(0)
+            sub = ValueWriter(0)
             sub.buf.clear()
             sub.i32(classic.session_timeout_ms)
             sub.array_len(len(classic.supported_protocols))
@@ -532,7 +365,7 @@ def decode_value(key: ConsumerKey, data: bytes | None) -> ConsumerValue | None:
         return PartitionMetadataValue(bytes(data[2:]))
     if version != VALUE_VERSION:
         raise ConsumerRecordError(f"{type(key).__name__} value version {version} is unknown")
-    r = _R(bytes(data))
+    r = ValueReader(bytes(data))
     try:
         return _decode_value(key, r)
     except (struct.error, ValueError) as e:
@@ -541,11 +374,11 @@ def decode_value(key: ConsumerKey, data: bytes | None) -> ConsumerValue | None:
         raise ConsumerRecordError(str(e)) from e
 
 
-def _decode_value(key: ConsumerKey, r: _R) -> ConsumerValue:
+def _decode_value(key: ConsumerKey, r: ValueReader) -> ConsumerValue:
     if isinstance(key, GroupMetadataKey):
         epoch = r.i32()
         tags = r.tags()
-        return GroupMetadataValue(epoch, _R(tags[0], 0).i64() if 0 in tags else 0)
+        return GroupMetadataValue(epoch, ValueReader(tags[0], 0).i64() if 0 in tags else 0)
     if isinstance(key, MemberMetadataKey):
         instance_id = r.nullable_string()
         rack_id = r.nullable_string()
@@ -558,7 +391,7 @@ def _decode_value(key: ConsumerKey, r: _R) -> ConsumerValue:
         tags = r.tags()
         classic = None
         if 0 in tags:
-            c = _R(tags[0], 0)
+            c = ValueReader(tags[0], 0)
             session_timeout = c.i32()
             protocols = []
             for _ in range(c.array_len()):
@@ -574,7 +407,7 @@ def _decode_value(key: ConsumerKey, r: _R) -> ConsumerValue:
     if isinstance(key, TargetAssignmentMetadataKey):
         epoch = r.i32()
         tags = r.tags()
-        return TargetAssignmentMetadataValue(epoch, _R(tags[0], 0).i64() if 0 in tags else 0)
+        return TargetAssignmentMetadataValue(epoch, ValueReader(tags[0], 0).i64() if 0 in tags else 0)
     if isinstance(key, TargetAssignmentMemberKey):
         tps = []
         for _ in range(r.array_len()):

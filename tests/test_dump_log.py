@@ -112,13 +112,13 @@ def test_dump_unknown_keys_torn_tail_and_bad_paths(tmp_path: Path) -> None:
     pdir = partition_dir(tmp_path, 0)
     pdir.mkdir()
     seg = pdir / "00000000000000000000.log"
-    unknown_key = struct.pack(">h", 11) + b"\x00\x01x"  # a share-group record type: not decoded
+    unknown_key = struct.pack(">h", 15) + b"\x00\x01x"  # a share-group record type rallypoint does not decode
     good = encode_record(OffsetCommitKey("g", "t", 0), OffsetCommitValue(1, "", 0))
     raw = build_batch(0, [(unknown_key, b"\x00\x00"), good], T0) + build_batch(2, [good], T0)
     seg.write_bytes(raw[:-5])  # torn tail
     r = dump(str(seg))
     assert r.returncode == 1
-    assert "key: Unknown record type 11 at offset 0, skipping." in r.stdout
+    assert "key: Unknown record type 15 at offset 0, skipping." in r.stdout
     assert "invalid bytes at the end of 00000000000000000000.log" in r.stdout
     assert "invalid bytes" in r.stderr and str(seg) in r.stderr
     assert dump(str(tmp_path / "nope")).returncode == 2

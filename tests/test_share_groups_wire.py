@@ -223,3 +223,82 @@ def test_describe(b: BrokerProcess) -> None:
         assert heartbeat(c, "g5", "m1", -1, None)["member_epoch"] == -1
         r = d(c.call(77, 1, {"group_ids": ["g5"], "include_authorized_operations": False}))
         assert r["groups"][0]["group_state"] == "Empty"
+
+
+def test_membership_survives_a_restart_and_is_in_the_offsets_log(b: BrokerProcess) -> None:
+    """Share-group records (types 10-14) go to __consumer_offsets before the heartbeat is
+    answered; after a restart the member carries on at its epoch (docs/share-groups.md,
+    "Records")."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    with WireClient(b.host, b.port) as c:
+        setup_topic(c, "sw6", "g6", 1)
+        r = heartbeat(c, "g6", "m1", 0, ["sw6"])
+        assert (r["error_code"], r["member_epoch"]) == (0, 1)
+    b.kill()  # no clean shutdown: what the answer promised is already written
+    b.start()
+    with WireClient(b.host, b.port) as c:
+        r = heartbeat(c, "g6", "m1", 1, None)
+        assert (r["error_code"], r["member_epoch"], r["assignment"]) == (0, 1, None)
+        r = d(c.call(77, 1, {"group_ids": ["g6"], "include_authorized_operations": False}))
+        assert [m["member_id"] for m in r["groups"][0]["members"]] == ["m1"]
+    b.stop()
+    out = subprocess.run(
+        [sys.executable, "-m", "rallypoint", "dump-log", "--json", str(b.data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    types = {json.loads(line).get("type") for line in out.stdout.splitlines() if line.startswith("{")}
+    assert {
+        "share_group_member_metadata",
+        "share_group_metadata",
+        "share_group_target_assignment_metadata",
+        "share_group_target_assignment_member",
+        "share_group_current_member_assignment",
+    } <= types
+
+
+def test_list_delete_and_other_kinds_of_group_on_a_share_group_id(b: BrokerProcess) -> None:
+    with WireClient(b.host, b.port) as c:
+        setup_topic(c, "sw7", "g7", 1)
+        assert heartbeat(c, "g7", "m1", 0, ["sw7"])["error_code"] == 0
+        listed = d(c.call(16, 5, {"states_filter": [], "types_filter": ["share"]}))["groups"]
+        assert [(g["group_id"], g["group_state"], g["group_type"], g["protocol_type"]) for g in listed] == [
+            ("g7", "Stable", "share", "share")
+        ]
+        assert d(c.call(16, 5, {"states_filter": [], "types_filter": ["consumer"]}))["groups"] == []
+        # a classic join and a consumer-group heartbeat on the id: Kafka's answers
+        join = {
+            "group_id": "g7",
+            "session_timeout": 10000,
+            "rebalance_timeout": 10000,
+            "member_id": "",
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}],
+            "reason": None,
+        }
+        assert d(c.call(11, 9, join))["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
+        cg = {
+            "group_id": "g7",
+            "member_id": "x" * 22,
+            "member_epoch": 0,
+            "rebalance_timeout": 30000,
+            "subscribed_topic_names": ["sw7"],
+            "subscribed_topic_regex": None,
+            "topic_partitions": [],
+        }
+        r = d(c.call(68, 1, cg))
+        assert (r["error_code"], r["error_message"]) == (E.GROUP_ID_NOT_FOUND, "Group g7 is not a consumer group")
+        # DeleteGroups: only an Empty share group
+        assert d(c.call(42, 2, {"groups_names": ["g7"]}))["results"][0]["error_code"] == E.NON_EMPTY_GROUP
+        heartbeat(c, "g7", "m1", -1, None)
+        assert d(c.call(42, 2, {"groups_names": ["g7"]}))["results"][0]["error_code"] == 0
+        assert d(c.call(16, 5, {"states_filter": [], "types_filter": ["share"]}))["groups"] == []

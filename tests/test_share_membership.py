@@ -183,3 +183,76 @@ def test_by_duration_parses_iso_8601(text: str, ms: int) -> None:
 def test_by_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_duration_ms(text)
+
+
+def test_records_replay_to_the_same_groups() -> None:
+    m = machine(Topics(t1=2, t2=1))
+    hb(m, "a", 0, ("t1", "t2"))
+    hb(m, "b", 0)
+    hb(m, "a", 1, None)
+    hb(m, "c", 0)
+    hb(m, "c", -1, None)
+    records = [r for _, r in m.pending]
+    again = machine(Topics(t1=2, t2=1))
+    loaded = again.load(records)
+    assert sorted(loaded) == [("g", "a"), ("g", "b")]
+    g, h = m.groups["g"], again.groups["g"]
+    assert (h.epoch, h.assignment_epoch, h.target) == (g.epoch, g.assignment_epoch, g.target)
+    for mid in ("a", "b"):
+        x, y = g.members[mid], h.members[mid]
+        assert (y.epoch, y.previous_epoch, y.subscribed, y.assignment) == (
+            x.epoch,
+            x.previous_epoch,
+            x.subscribed,
+            x.assignment,
+        )
+    # after the replay a member carries on exactly as it would have without the restart
+    r, _ = hb(again, "a", g.members["a"].epoch, None)
+    assert r == hb(m, "a", g.members["a"].epoch, None)[0]
+    assert r.error == ErrorCode.NONE and r.member_epoch == g.epoch
+    # deleting the emptied group leaves tombstones that a replay honours
+    hb(again, "a", -1, None)
+    hb(again, "b", -1, None)
+    assert again.delete("g") == ErrorCode.NONE
+    third = machine(Topics(t1=2, t2=1))
+    third.load([r for _, r in (*m.pending, *again.pending)])
+    assert "g" not in third.groups
+
+
+def test_share_record_layouts_are_kafkas() -> None:
+    from rallypoint.protocol import share_group_records as sgr
+
+    key, value = sgr.encode_record(sgr.ShareKey(sgr.GROUP_METADATA, "g"), sgr.ShareGroupMetadataValue(5, 7))
+    assert key == b"\x00\x0b\x00\x01g"
+    assert value == b"\x00\x00" + b"\x00\x00\x00\x05" + b"\x00" * 7 + b"\x07" + b"\x00"
+    key, value = sgr.encode_record(
+        sgr.ShareKey(sgr.CURRENT_MEMBER_ASSIGNMENT, "g", "m"),
+        sgr.ShareCurrentMemberAssignmentValue(3, 2, 0, (sgr.ShareTopicPartitions(T1, (0, 1)),)),
+    )
+    assert key == b"\x00\x0e\x00\x01g\x00\x01m"
+    assert value == (
+        b"\x00\x00\x00\x00\x00\x03\x00\x00\x00\x02\x00"
+        + b"\x02"
+        + T1.bytes
+        + b"\x03\x00\x00\x00\x00\x00\x00\x00\x01"
+        + b"\x00"
+        + b"\x00"
+    )
+    key, value = sgr.encode_record(
+        sgr.ShareKey(sgr.MEMBER_METADATA, "g", "m"), sgr.ShareMemberMetadataValue(None, "c", "/h", ("t",))
+    )
+    assert value == b"\x00\x00" + b"\x00" + b"\x02c" + b"\x03/h" + b"\x02\x02t" + b"\x00"
+    for k, v in [
+        (sgr.ShareKey(sgr.MEMBER_METADATA, "g", "m"), sgr.ShareMemberMetadataValue("r", "c", "/h", ("t", "u"))),
+        (sgr.ShareKey(sgr.TARGET_ASSIGNMENT_METADATA, "g"), sgr.ShareTargetAssignmentMetadataValue(4)),
+        (
+            sgr.ShareKey(sgr.TARGET_ASSIGNMENT_MEMBER, "g", "m"),
+            sgr.ShareTargetAssignmentMemberValue((sgr.ShareTopicPartitions(T2, (3,)),)),
+        ),
+        (sgr.ShareKey(sgr.TARGET_ASSIGNMENT_MEMBER, "g", "m"), None),
+    ]:
+        assert sgr.decode_record(*sgr.encode_record(k, v)) == (k, v)
+    # Kafka 4.0's group metadata value had no metadata hash: still read
+    assert sgr.decode_value(sgr.ShareKey(sgr.GROUP_METADATA, "g"), b"\x00\x00\x00\x00\x00\x09\x00") == (
+        sgr.ShareGroupMetadataValue(9, 0)
+    )

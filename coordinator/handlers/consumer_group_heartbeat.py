@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 from rallypoint.protocol.codec import ms
+from rallypoint.protocol.errors import ErrorCode
 
 from ..groups.consumer_events import ConsumerHeartbeat
 from ._groups_common import client_host
@@ -43,6 +44,17 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
         client_host=client_host(ctx),
         api_version=ctx.api_version,
     )
+    if ctx.broker.share_groups.machine.is_share_group(request.group_id):
+        # GroupMetadataManager.getOrMaybeCreateConsumerGroup: another kind of group holds the id
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.GROUP_ID_NOT_FOUND,
+            "error_message": f"Group {request.group_id} is not a consumer group",
+            "member_id": None,
+            "member_epoch": 0,
+            "heartbeat_interval": 0,
+            "assignment": None,
+        }
     r = await ctx.broker.consumer_groups.heartbeat(req)
     assignment = None
     if r.assignment is not None:

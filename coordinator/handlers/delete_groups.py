@@ -14,10 +14,13 @@ API_KEY = 42
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     consumer = ctx.broker.consumer_groups
+    share = ctx.broker.share_groups
     own: dict[str, ErrorCode] = {}
     for gid in request.groups_names:
         if consumer.is_consumer_group(gid):  # docs/consumer-groups.md, "Deleting"
             own[gid] = await consumer.delete_group(gid)
+        elif share.machine.is_share_group(gid):  # docs/share-groups.md, "Describe and list"
+            own[gid] = await share.delete_group(gid)
     result = await ctx.broker.groups.delete_groups(
         [g for g in request.groups_names if g not in own or own[g] == ErrorCode.NONE]
     )

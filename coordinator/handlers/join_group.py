@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rallypoint.protocol.codec import ms
+from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
-from ..groups.events import JoinRequest, Protocol
+from ..groups.events import JoinRequest, JoinResult, Protocol
 from ._groups_common import client_host
 
 API_KEY = 11
@@ -34,6 +35,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     # a classic member of a consumer group (docs/consumer-groups.md, "Classic members")
     consumer = ctx.broker.consumer_groups
     result = await consumer.join(req) if consumer.is_consumer_group(req.group_id) else None
+    if result is None and ctx.broker.share_groups.machine.is_share_group(req.group_id):
+        # a share group's id: GroupMetadataManager.classicGroupJoin answers this
+        result = JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
     if result is None:
         result = await ctx.broker.groups.join(req)
     protocol_name = result.protocol_name

@@ -21,6 +21,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     # consumer groups (docs/consumer-groups.md, "Describe and list"); their ids hide the
     # offsets-only classic entry their commits are stored under
     consumer = ctx.broker.consumer_groups.list_groups(states, types) if result.error == ErrorCode.NONE else []
+    # share groups (docs/share-groups.md, "Describe and list")
+    if result.error == ErrorCode.NONE:
+        consumer += ctx.broker.share_groups.machine.list_groups(states, types)
     ids = {g.group_id for g in consumer}
     return {
         "throttle_time": 0,

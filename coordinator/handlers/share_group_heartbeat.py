@@ -15,7 +15,7 @@ API_KEY = 76
 
 async def handle(ctx: Any, request: Any) -> dict[str, Any]:
     names = request.subscribed_topic_names
-    r = ctx.broker.share_groups.heartbeat(
+    r = await ctx.broker.share_groups.heartbeat(
         ShareHeartbeat(
             group_id=request.group_id,
             member_id=request.member_id,

@@ -15,6 +15,10 @@ docs/share-groups.md, "Membership".  The rules:
 * The assignment is in the answer on a join and whenever it changed.
 * A member not heard from for ``share.session.timeout.ms`` is removed.
 * States: Empty (no members) and Stable.
+* Every change is also a list of ``__consumer_offsets`` records (Kafka's share-group record
+  types 10-14, docs/share-groups.md, "Records"), drained from :attr:`ShareGroupMachine.pending`
+  by the runtime, which writes them before it answers; :meth:`ShareGroupMachine.load` replays
+  them at start-up.
 
 Nothing here does I/O: each call takes ``now_ms`` and returns its answer plus the timers to arm
 or cancel; :mod:`rallypoint.share.runtime` runs them.
@@ -26,9 +30,11 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from rallypoint.protocol import share_group_records as sgr
 from rallypoint.protocol.errors import ErrorCode
 
-from ..groups.consumer_model import TopicInfo, TopicsView
+from ..groups.consumer_model import TopicInfo, TopicsView, group_metadata_hash
+from ..groups.events import ListedGroup
 from . import assignor
 
 SessionTimer = tuple[str, str]  # (group id, member id)
@@ -115,6 +121,7 @@ class ShareGroupMachine:
         self.other_group = other_group  # whether a classic or consumer group holds the id
         self.groups: dict[str, ShareGroup] = {}
         self.changes: list[Change] = []  # drained by the runtime
+        self.pending: list[tuple[str, sgr.ShareRecord]] = []  # (group id, record), drained by the runtime
 
     # ------------------------------------------------------------------ heartbeat
 
@@ -157,6 +164,7 @@ class ShareGroupMachine:
                 )
         joining = req.member_id not in group.members
         old_assignment = member.assignment
+        old_metadata = (member.rack_id, member.client_id, member.client_host, member.subscribed)
         bump = joining
         if req.subscribed_topic_names is not None:
             names = tuple(dict.fromkeys(req.subscribed_topic_names))
@@ -172,13 +180,18 @@ class ShareGroupMachine:
             self.changes.append(
                 Change("share_group.member_joined", group.group_id, member.member_id, 0, len(group.members))
             )
+        if joining or old_metadata != (member.rack_id, member.client_id, member.client_host, member.subscribed):
+            self._record_member(group, member)
         if self._refresh_topics(group) or bump:
             group.epoch += 1
+            self._record_epoch(group)
         if group.epoch > group.assignment_epoch:
             self._assign(group)
-        if member.epoch != group.assignment_epoch:
+        if member.epoch != group.assignment_epoch or joining:
             member.previous_epoch = member.epoch
             member.epoch = group.assignment_epoch
+            member.assignment = group.target.get(member.member_id, {})
+            self._record_current(group, member)
         member.assignment = group.target.get(member.member_id, {})
         result = ShareHeartbeatResult(
             ErrorCode.NONE,
@@ -212,6 +225,18 @@ class ShareGroupMachine:
     def all(self) -> Iterable[ShareGroup]:
         return self.groups.values()
 
+    def list_groups(self, states: Iterable[str], types: Iterable[str]) -> list[ListedGroup]:
+        """Share groups for ListGroups: protocol type ``share``, type ``share``."""
+        st = {s.strip().lower() for s in states}
+        ty = {t.strip().lower() for t in types}
+        if ty and "share" not in ty:
+            return []
+        return [
+            ListedGroup(gid, "share", g.state, "share")
+            for gid, g in sorted(self.groups.items())
+            if not st or g.state.lower() in st
+        ]
+
     def delete(self, group_id: str) -> ErrorCode:
         """DeleteGroups: only an Empty share group goes (NON_EMPTY_GROUP otherwise)."""
         g = self.groups.get(group_id)
@@ -220,6 +245,8 @@ class ShareGroupMachine:
         if g.members:
             return ErrorCode.NON_EMPTY_GROUP
         del self.groups[group_id]
+        for rtype in (sgr.TARGET_ASSIGNMENT_METADATA, sgr.GROUP_METADATA):
+            self.pending.append((group_id, (sgr.ShareKey(rtype, group_id), None)))
         return ErrorCode.NONE
 
     # ------------------------------------------------------------------ internals
@@ -260,8 +287,12 @@ class ShareGroupMachine:
     def _remove(self, group: ShareGroup, member_id: str, event: str) -> None:
         del group.members[member_id]
         group.target.pop(member_id, None)
+        gid = group.group_id
+        for rtype in (sgr.CURRENT_MEMBER_ASSIGNMENT, sgr.TARGET_ASSIGNMENT_MEMBER, sgr.MEMBER_METADATA):
+            self.pending.append((gid, (sgr.ShareKey(rtype, gid, member_id), None)))
         group.epoch += 1
         self._refresh_topics(group)
+        self._record_epoch(group)
         self._assign(group)
         self.changes.append(Change(event, group.group_id, member_id, group.epoch, len(group.members)))
 
@@ -285,5 +316,84 @@ class ShareGroupMachine:
         }
         counts = {tid: n for tid, n in group.topics.values()}
         current = {mid: group.target.get(mid, {}) for mid in group.members}
+        old = group.target
         group.target = assignor.assign(subs, counts, current)
         group.assignment_epoch = group.epoch
+        gid = group.group_id
+        for mid, target in group.target.items():
+            if old.get(mid) != target or mid not in old:
+                value = sgr.ShareTargetAssignmentMemberValue(_tps(target))
+                self.pending.append((gid, (sgr.ShareKey(sgr.TARGET_ASSIGNMENT_MEMBER, gid, mid), value)))
+        self.pending.append(
+            (
+                gid,
+                (
+                    sgr.ShareKey(sgr.TARGET_ASSIGNMENT_METADATA, gid),
+                    sgr.ShareTargetAssignmentMetadataValue(group.assignment_epoch),
+                ),
+            )
+        )
+
+    # ------------------------------------------------------------------ records
+
+    def _record_member(self, group: ShareGroup, m: ShareMember) -> None:
+        value = sgr.ShareMemberMetadataValue(m.rack_id, m.client_id, m.client_host, m.subscribed)
+        self.pending.append((group.group_id, (sgr.ShareKey(sgr.MEMBER_METADATA, group.group_id, m.member_id), value)))
+
+    def _record_epoch(self, group: ShareGroup) -> None:
+        topics = [TopicInfo(tid, name, n) for name, (tid, n) in group.topics.items()]
+        value = sgr.ShareGroupMetadataValue(group.epoch, group_metadata_hash(topics))
+        self.pending.append((group.group_id, (sgr.ShareKey(sgr.GROUP_METADATA, group.group_id), value)))
+
+    def _record_current(self, group: ShareGroup, m: ShareMember) -> None:
+        value = sgr.ShareCurrentMemberAssignmentValue(m.epoch, m.previous_epoch, sgr.STABLE, _tps(m.assignment))
+        key = sgr.ShareKey(sgr.CURRENT_MEMBER_ASSIGNMENT, group.group_id, m.member_id)
+        self.pending.append((group.group_id, (key, value)))
+
+    def load(self, records: Iterable[sgr.ShareRecord]) -> list[tuple[str, str]]:
+        """Replay share-group records (log order) of one ``__consumer_offsets`` partition.
+        Returns the (group, member) pairs loaded, whose sessions the runtime must time."""
+        for key, value in records:
+            gid = key.group_id
+            group = self.groups.get(gid)
+            if group is None:
+                if value is None:
+                    continue
+                group = self.groups[gid] = ShareGroup(gid)
+            mid = key.member_id or ""
+            if isinstance(value, sgr.ShareMemberMetadataValue):
+                m = group.members.setdefault(mid, ShareMember(mid))
+                m.rack_id, m.client_id, m.client_host = value.rack_id, value.client_id, value.client_host
+                m.subscribed = value.subscribed_topic_names
+            elif isinstance(value, sgr.ShareGroupMetadataValue):
+                group.epoch = value.epoch
+            elif isinstance(value, sgr.ShareTargetAssignmentMetadataValue):
+                group.assignment_epoch = value.assignment_epoch
+            elif isinstance(value, sgr.ShareTargetAssignmentMemberValue):
+                group.target[mid] = _assignment(value.topic_partitions)
+            elif isinstance(value, sgr.ShareCurrentMemberAssignmentValue):
+                m = group.members.setdefault(mid, ShareMember(mid))
+                m.epoch, m.previous_epoch = value.member_epoch, value.previous_member_epoch
+                m.assignment = _assignment(value.assigned_partitions)
+            elif key.record_type == sgr.MEMBER_METADATA:
+                group.members.pop(mid, None)
+            elif key.record_type == sgr.TARGET_ASSIGNMENT_MEMBER:
+                group.target.pop(mid, None)
+            elif key.record_type == sgr.GROUP_METADATA:
+                del self.groups[gid]  # the group was deleted
+        loaded: list[tuple[str, str]] = []
+        for group in self.groups.values():
+            self._refresh_topics(group)
+            loaded.extend((group.group_id, mid) for mid in group.members)
+        return loaded
+
+
+def _tps(assignment: dict[uuid.UUID, frozenset[int]]) -> tuple[sgr.ShareTopicPartitions, ...]:
+    return tuple(
+        sgr.ShareTopicPartitions(t, tuple(sorted(ps)))
+        for t, ps in sorted(assignment.items(), key=lambda kv: str(kv[0]))
+    )
+
+
+def _assignment(tps: tuple[sgr.ShareTopicPartitions, ...]) -> dict[uuid.UUID, frozenset[int]]:
+    return {tp.topic_id: frozenset(tp.partitions) for tp in tps if tp.partitions}

@@ -24,11 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rallypoint.protocol import share_group_records as sgr
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.records import BatchHeader, parse_header, split_batches
 
 from ..clock import Clock
+from ..groups.consumer_runtime import RawOffsetsLog, StoreTopics
+from ..groups.persist import response_error
 from ..logger import get as get_logger
+from ..storage.errors import PersistError
 from ..topics.partition import OffsetOutOfRange, PartitionLog
 from .membership import SessionTimer, ShareGroupMachine, ShareHeartbeat, ShareHeartbeatResult
 from .partition import AckBatch, Acquired, LogBatch, SharePartition, ack_batches_error
@@ -119,9 +123,9 @@ class ShareGroupsRuntime:
         data_dir: Path | None = None,
         fsync: bool = False,
         other_group: Callable[[str], bool] = lambda g: False,
+        offsets_log: RawOffsetsLog | None = None,
+        partition_for: Callable[[str], int] = lambda g: 0,
     ) -> None:
-        from ..groups.consumer_runtime import StoreTopics
-
         self.settings = settings
         self.clock = clock
         self.topic_store = topic_store
@@ -139,11 +143,16 @@ class ShareGroupsRuntime:
         self._waiters: dict[StateKey, set[asyncio.Event]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
+        self.offsets_log = offsets_log  # share-group records go to __consumer_offsets
+        self.partition_for = partition_for  # Kafka's group -> __consumer_offsets partition hash
+        self._tasks: set[asyncio.Task[ErrorCode | None]] = set()
 
     # ------------------------------------------------------------------ life cycle
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
+        for key in self._member_deadlines:  # armed by load_raw() before the loop was known
+            self._schedule_member(key)
         self._saved = self.store.load()
         log.info("share_group_coordinator.started", share_partitions=len(self._saved))
 
@@ -161,11 +170,14 @@ class ShareGroupsRuntime:
             h.cancel()
         self._member_timers.clear()
         self._lock_timers.clear()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5.0)
         await self.store.close()
 
     # ------------------------------------------------------------------ membership
 
-    def heartbeat(self, req: ShareHeartbeat) -> ShareHeartbeatResult:
+    async def heartbeat(self, req: ShareHeartbeat) -> ShareHeartbeatResult:
+        """ShareGroupHeartbeat: answered once the records of the change are written."""
         if self._closing:
             return ShareHeartbeatResult(ErrorCode.NOT_COORDINATOR)
         now = self.clock.now_ms()
@@ -178,7 +190,60 @@ class ShareGroupsRuntime:
             if h is not None:
                 h.cancel()
         self._log_changes()
+        error = await self._write_records()
+        if error is not None and result.error == ErrorCode.NONE:
+            return ShareHeartbeatResult(error, "The coordinator could not write the group's records")
         return result
+
+    async def _write_records(self) -> ErrorCode | None:
+        """Append the machine's pending records, per ``__consumer_offsets`` partition, in order;
+        the error a client sees if an append failed (``persist.response_error``)."""
+        pending, self.machine.pending = self.machine.pending, []
+        if not pending or self.offsets_log is None:
+            return None
+        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        for gid, (key, value) in pending:
+            by_partition.setdefault(self.partition_for(gid), []).append(sgr.encode_record(key, value))
+        for partition, records in by_partition.items():
+            try:
+                await self.offsets_log.append(partition, records)
+            except PersistError as e:
+                log.warning("share_group.append_failed", partition=partition, error=e.error.name, detail=str(e))
+                return response_error(e.error)
+        return None
+
+    def _write_later(self) -> None:
+        if self.machine.pending and self._loop is not None:
+            task = self._loop.create_task(self._write_records())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def load_raw(self, partition: int, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        """Replay one ``__consumer_offsets`` partition's share-group records (log order)."""
+        decoded: list[sgr.ShareRecord] = []
+        for key, value in records:
+            try:
+                decoded.append(sgr.decode_record(key, value))
+            except ValueError as e:
+                log.warning("share_group.undecodable_record", partition=partition, error=str(e))
+        deadline_of = self.clock.now_ms()
+        for gid, mid in self.machine.load(decoded):
+            timeout = int(self.group_setting(gid, "share.session.timeout.ms"))
+            self._arm_member((gid, mid), deadline_of + timeout)
+
+    async def delete_group(self, group_id: str) -> ErrorCode:
+        """DeleteGroups of a share group: only an Empty one; its records and share-partition
+        state go too."""
+        code = self.machine.delete(group_id)
+        if code != ErrorCode.NONE:
+            return code
+        error = await self._write_records()
+        for skey in [k for k in (*self.partitions, *self._saved) if k[0] == group_id]:
+            self.partitions.pop(skey, None)
+            self._saved.pop(skey, None)
+            self.store.save_later(skey, None)
+        log.info("share_group.deleted", group=group_id)
+        return error or ErrorCode.NONE
 
     def _log_changes(self) -> None:
         for c in self.machine.changes:
@@ -206,6 +271,7 @@ class ShareGroupsRuntime:
         del self._member_deadlines[key]
         if self.machine.session_expired(key, self.clock.now_ms()):
             self._log_changes()
+            self._write_later()
 
     def poke(self) -> None:
         """The broker clock jumped (the control plane's time travel): re-check every deadline."""

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rallypoint.protocol import consumer_group_records as cgr
+from rallypoint.protocol import share_group_records as sgr
 from rallypoint.protocol.consumer_group_records import is_consumer_record_type
 from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
@@ -115,7 +116,7 @@ def describe_record(rec: Record, with_bytes: bool = False) -> dict[str, Any]:
         key = decode_key(rec.key)
         out["keyVersion"] = record_version(rec.key)
         if isinstance(key, UnknownKey):
-            if is_consumer_record_type(key.version):
+            if is_consumer_record_type(key.version) or sgr.is_share_record_type(key.version):
                 return _consumer_record(rec, out)
             out["type"] = "unknown"
             return out
@@ -171,16 +172,23 @@ def _json_of(value: Any) -> Any:
 
 
 def _consumer_record(rec: Record, out: dict[str, Any]) -> dict[str, Any]:
-    """A KIP-848 consumer-group record, decoded (docs/consumer-groups.md, "Records")."""
+    """A KIP-848 consumer-group or KIP-932 share-group record, decoded (docs/consumer-groups.md
+    and docs/share-groups.md, "Records")."""
     assert rec.key is not None
+    key: Any
     try:
-        key = cgr.decode_key(rec.key)
-        value = cgr.decode_value(key, rec.value)
+        if sgr.is_share_record_type(record_version(rec.key)):
+            key = sgr.decode_key(rec.key)
+            value: Any = sgr.decode_value(key, rec.value)
+            out["type"] = sgr.RECORD_NAMES[key.record_type]
+        else:
+            key = cgr.decode_key(rec.key)
+            value = cgr.decode_value(key, rec.value)
+            out["type"] = _CONSUMER_TYPES.get(key.record_type, f"consumer_group_{key.record_type}")
     except (cgr.ConsumerRecordError, ValueError) as e:
         out["type"] = "error"
         out["error"] = str(e)
         return out
-    out["type"] = _CONSUMER_TYPES.get(key.record_type, f"consumer_group_{key.record_type}")
     out["key"] = _json_of(key)
     if value is None:
         out["value"] = None

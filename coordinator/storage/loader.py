@@ -36,6 +36,7 @@ from rallypoint.protocol.offsets_schema import (
     decode_offset_commit_value,
 )
 from rallypoint.protocol.records import CONTROL_COMMIT, RecordBatch, control_type
+from rallypoint.protocol.share_group_records import is_share_record_type
 
 
 @dataclass
@@ -132,7 +133,7 @@ class StateBuilder:
                     self._groups[key.group] = rec.value
             elif type(key) is UnknownKey:
                 st.unknown_records += 1  # not decoded here ...
-                if not transactional and is_consumer_record_type(key.version):
+                if not transactional and (is_consumer_record_type(key.version) or is_share_record_type(key.version)):
                     st.consumer_records.append((rec.key, rec.value))  # ... but handed on raw
             else:
                 self._bad(f"offset {rec.offset}", str(key))
