@@ -80,6 +80,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             targets[topic.topic_id] = name
 
     deleted: list[str] = []
+    deleted_ids: list[uuid.UUID] = []
     for tid, name in targets.items():
         topic = store.by_id(tid)
         if topic is not None and topic.is_internal:
@@ -92,6 +93,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             continue
         answer(name, tid, ErrorCode.NONE)
         deleted.append(name)
+        deleted_ids.append(tid)
+    if deleted_ids:
+        ctx.broker.share_groups.on_topics_deleted(deleted_ids)  # their share-partition state goes
     if deleted:
         # Kafka's coordinator drops the committed offsets of deleted topics, writing tombstones
         # (GroupCoordinator.onPartitionsDeleted / GroupMetadataManager.cleanupGroupMetadata).

@@ -675,6 +675,19 @@ class ShareGroupsRuntime:
                 break
         return bytes(out), acquired, changed
 
+    def on_topics_deleted(self, topic_ids: Iterable[uuid.UUID]) -> None:
+        """Deleted topics take their share-partition state with them (Kafka deletes it through
+        the share coordinator); a topic created again under the name starts afresh."""
+        gone = set(topic_ids)
+        for skey in [k for k in (*self.partitions, *self._saved) if k[1] in gone]:
+            self.partitions.pop(skey, None)
+            self._saved.pop(skey, None)
+            timer = self._lock_timers.pop(skey, None)
+            if timer is not None:
+                timer[1].cancel()
+            if self._loop is not None:
+                self.store.save_later(skey, None)
+
     # ------------------------------------------------------------------ reads
 
     def describe_partitions(self, group: str) -> list[tuple[StateKey, SharePartition]]:

@@ -1,0 +1,74 @@
+"""The share-group runtime in-process (docs/share-groups.md): acquisition from a real topic
+store, the durable state through a restart of the runtime, topic deletion."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from rallypoint.assemble import build_topics
+from rallypoint.clock import FakeClock
+from rallypoint.config import load
+from rallypoint.protocol.records import build_batch
+from rallypoint.share.partition import AckBatch
+from rallypoint.topics.log_validator import validate_client_batch, validate_client_records, validate_produce_records
+from rallypoint.share.runtime import ShareGroupsRuntime, ShareSettings
+
+pytestmark = pytest.mark.unit
+
+SETTINGS = {
+    "share.auto.offset.reset": "earliest",
+    "share.isolation.level": "read_uncommitted",
+    "share.record.lock.duration.ms": "30000",
+    "share.session.timeout.ms": "45000",
+    "share.heartbeat.interval.ms": "5000",
+}
+
+
+def test_acquire_acknowledge_restart_and_topic_deletion(tmp_path: Path) -> None:
+    async def run() -> None:
+        cfg = load({"data.dir": str(tmp_path), "rallypoint.log.storage": "memory"})
+        clock = FakeClock()
+        topics = build_topics(cfg, clock)
+        await topics.start()
+        topic = topics.create("t", 1)
+        plog = topic.partitions[0]
+        batch = build_batch(0, [(None, b"a"), (None, b"b"), (None, b"c")], clock.now_ms())
+        pos, size = validate_produce_records(9, batch)
+        h = validate_client_batch(batch, pos, size, 1 << 20)
+        plog.append_client_batch(batch, pos, size, h, validate_client_records(batch, h, 1 << 24))
+
+        def runtime() -> ShareGroupsRuntime:
+            return ShareGroupsRuntime(ShareSettings(), clock, topics, lambda g, n: SETTINGS[n], data_dir=tmp_path)
+
+        rt = runtime()
+        await rt.start()
+        tp = (topic.topic_id, 0)
+        common = {"partitions": [tp], "forgotten": [], "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20}
+        a = await rt.fetch("g", "m", 0, 1, acks={}, max_records=10, **common)  # type: ignore[arg-type]
+        assert [(x.first_offset, x.last_offset, x.delivery_count) for x in a.partitions[tp].acquired] == [(0, 2, 1)]
+        assert a.partitions[tp].records == batch
+        r = await rt.acknowledge("g", "m", 1, 1, {tp: [AckBatch(0, 0, (1,))]})
+        assert r.partitions[tp].ack_error == 0
+        await rt.stop()
+
+        rt = runtime()  # restart: 0 is done, 1-2 come back
+        await rt.start()
+        a = await rt.fetch("g", "m", 0, 1, acks={}, max_records=10, **common)  # type: ignore[arg-type]
+        assert [(x.first_offset, x.last_offset, x.delivery_count) for x in a.partitions[tp].acquired] == [(1, 2, 2)]
+        rt.connection_closed(1)  # releases them
+        sp = rt.partitions[("g", topic.topic_id, 0)]
+        assert sp.counts()["available"] == 2
+        topics.delete("t")
+        rt.on_topics_deleted([topic.topic_id])
+        assert rt.partitions == {}
+        await rt.stop()
+        rt = runtime()
+        await rt.start()
+        assert rt._saved == {}  # the deletion was saved too
+        await rt.stop()
+        await topics.stop()
+
+    asyncio.run(run())
