@@ -185,3 +185,10 @@ def test_snapshot_saves_acquired_as_available_and_restores() -> None:
 )
 def test_acknowledgement_batch_validation(batch: list[AckBatch], ok: bool) -> None:
     assert (ack_batches_error(batch) is None) == ok
+
+
+def test_a_huge_acknowledgement_range_is_refused_without_walking_it() -> None:
+    sp = SharePartition(0)
+    acquire(sp, "a", (0, 1))
+    assert ack(sp, "a", 0, 2**62, AckType.ACCEPT) == ErrorCode.INVALID_RECORD_STATE
+    assert sp.state_of(0) == (RecordState.ACQUIRED, 1, "a")

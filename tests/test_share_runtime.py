@@ -72,3 +72,50 @@ def test_acquire_acknowledge_restart_and_topic_deletion(tmp_path: Path) -> None:
         await topics.stop()
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+def test_read_committed_never_delivers_aborted_records(tmp_path: Path, isolation: str) -> None:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    def txn_batch(pid: int, base_seq: int, values: list[bytes]) -> bytes:
+        b = DefaultRecordBatchBuilder(2, 0, True, pid, 0, base_seq, 1 << 24)
+        for i, v in enumerate(values):
+            b.append(i, 1_700_000_000_000 + i, None, v, [])
+        return bytes(b.build())
+
+    async def run() -> None:
+        cfg = load({"data.dir": str(tmp_path), "rallypoint.log.storage": "memory"})
+        clock = FakeClock()
+        topics = build_topics(cfg, clock)
+        await topics.start()
+        topic = topics.create("t", 1)
+        plog = topic.partitions[0]
+        for data in (txn_batch(5, 0, [b"a1", b"a2"]), txn_batch(6, 0, [b"c1"])):
+            pos, size = validate_produce_records(9, data)
+            h = validate_client_batch(data, pos, size, 1 << 20)
+            plog.append_client_batch(data, pos, size, h, validate_client_records(data, h, 1 << 24))
+        plog.write_marker(5, 0, False, clock.now_ms())  # abort offsets 0-1 (marker at 3)
+        open_end = plog.next_offset
+        settings = {**SETTINGS, "share.isolation.level": isolation}
+        rt = ShareGroupsRuntime(ShareSettings(), clock, topics, lambda g, n: settings[n], data_dir=tmp_path)
+        await rt.start()
+        tp = (topic.topic_id, 0)
+        common = {"partitions": [tp], "forgotten": [], "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20}
+        a = await rt.fetch("g", "m", 0, 1, acks={}, max_records=10, **common)  # type: ignore[arg-type]
+        got = [(x.first_offset, x.last_offset) for x in a.partitions[tp].acquired] if tp in a.partitions else []
+        if isolation == "read_committed":
+            # producer 6's transaction is still open: the last stable offset is 2, and the
+            # aborted records 0-1 are archived, never acquired
+            assert got == []
+            assert rt.partitions[("g", topic.topic_id, 0)].start_offset == 2
+            plog.write_marker(6, 0, True, clock.now_ms())  # commit offset 2 (marker at 4)
+            a = await rt.fetch("g", "m", 1, 1, acks={}, max_records=10, **common)  # type: ignore[arg-type]
+            got = [(x.first_offset, x.last_offset) for x in a.partitions[tp].acquired]
+            assert got == [(2, 4)]  # the committed record and the two markers (the client GAPs those)
+        else:
+            assert got == [(0, open_end - 1)]
+        await rt.stop()
+        await topics.stop()
+
+    asyncio.run(run())

@@ -257,8 +257,11 @@ class SharePartition:
         return out, changed
 
     def acknowledge(self, member: str, batches: Sequence[AckBatch]) -> ErrorCode:
-        """Apply one partition's acknowledgements (validated with :func:`ack_batches_error`)."""
+        """Apply one partition's acknowledgements (validated with :func:`ack_batches_error`).
+        Work is bounded by the window, whatever ranges a request names."""
         for b in batches:
+            if b.first_offset < self.start_offset or b.last_offset >= self.end_offset:
+                return ErrorCode.INVALID_RECORD_STATE  # outside the window: nothing there is held
             for off in range(b.first_offset, b.last_offset + 1):
                 rec = self._recs.get(off)
                 if rec is None or rec.state != RecordState.ACQUIRED or rec.member != member:
