@@ -7,14 +7,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
-
 from rallypoint.assemble import build_topics
 from rallypoint.clock import FakeClock
 from rallypoint.config import load
 from rallypoint.protocol.records import build_batch
 from rallypoint.share.partition import AckBatch
-from rallypoint.topics.log_validator import validate_client_batch, validate_client_records, validate_produce_records
 from rallypoint.share.runtime import ShareGroupsRuntime, ShareSettings
+from rallypoint.topics.log_validator import validate_client_batch, validate_client_records, validate_produce_records
 
 pytestmark = pytest.mark.unit
 
