@@ -341,6 +341,55 @@ def run_confluent(bootstrap: str) -> list[str]:
     return failed
 
 
+def run_confluent_share(bootstrap: str) -> list[str]:
+    """Share groups (KIP-932): ShareGroupHeartbeat, ShareFetch with piggy-backed and explicit
+    acknowledgements of every type, ShareAcknowledge, the final-epoch close, and the GROUP
+    config the applications set."""
+    from confluent_kafka import AcknowledgeType, Producer, ShareConsumer
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+        ResourceType,
+    )
+
+    topic, group = "corpus-share", "corpus-share-group"
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "corpus-share"})
+
+    def setup() -> None:
+        for f in admin.create_topics([NewTopic(topic, 2, 1)]).values():
+            f.result(15)
+        entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+        res = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+        for f in admin.incremental_alter_configs([res]).values():
+            f.result(15)
+        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        for k, v, h in MESSAGES:
+            p.produce(topic, key=k, value=v, headers=list(h))
+        p.flush(15)
+
+    def consume(mode: str) -> None:
+        c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group, "share.acknowledgement.mode": mode})
+        c.subscribe([topic])
+        types = [AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT]
+        deadline, n = time.monotonic() + 15, 0
+        while time.monotonic() < deadline and n < 3 * len(MESSAGES):
+            for m in c.poll(0.3):
+                if m.error() is None and mode == "explicit":
+                    c.acknowledge(m, types[n % 3])
+                n += 1
+            if mode == "explicit":
+                c.commit_sync(10)
+        c.close()
+
+    return _steps(
+        "confluent-kafka-share",
+        [("setup", setup), ("implicit", lambda: consume("implicit")), ("explicit", lambda: consume("explicit"))],
+    )
+
+
 def run_kcat(bootstrap: str) -> list[str]:
     kcat = shutil.which("kcat")
     if kcat is None:
@@ -369,6 +418,7 @@ CLIENTS: dict[str, Callable[[str], list[str]]] = {
     "kafka-python": run_kafka_python,
     "aiokafka": run_aiokafka,
     "confluent-kafka": run_confluent,
+    "confluent-kafka-share": run_confluent_share,
     "kcat": run_kcat,
 }
 
