@@ -2,7 +2,8 @@
 
 One test per "done when" item of the control-plane issue: injected errors the clients recover
 from, delays and disconnects without message loss, expelling a stopped member at once (by
-``expire`` and by moving the clock), offsets and lag, bad input.  Every wait is bounded; member
+``expire`` and by moving the clock), offsets and lag, bad input; and a share group's in-flight
+records held by a ShareConsumer, released by moving the clock.  Every wait is bounded; member
 processes are killed (SIGKILL ends stopped ones too) at the end.
 """
 
@@ -351,3 +352,70 @@ def test_bad_control_input_leaves_the_broker_and_clients_alone(broker_factory: C
         assert after["state"] == "Stable" and after["generation"] == gen and len(after["members"]) == 1
     finally:
         c.close()
+
+
+# ------------------------------------------------------------------------------------ share groups
+
+
+def test_share_group_in_flight_records_follow_a_share_consumer_and_the_clock(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    """A confluent-kafka ShareConsumer (explicit acknowledgement) holds records and stops
+    polling: the control plane shows the share group, the member and the acquired count; a
+    clock advance past the lock duration (30 s, within the 45 s session) makes them Available at
+    once — the member stays — and another share consumer then gets them with delivery count 2
+    (docs/control.md, "Share groups")."""
+    from confluent_kafka import ShareConsumer
+
+    from tests.test_share_groups_clients import set_group_configs
+
+    b, ctl = start(broker_factory)
+    create_topic(b, "queued", 1)
+    set_group_configs(b, "sg-clock", share_auto_offset_reset="earliest")
+    produce(b, "queued", [(0, f"q{i}") for i in range(8)])
+    base = {"bootstrap.servers": b.bootstrap, "group.id": "sg-clock"}
+    holder = ShareConsumer({**base, "client.id": "holder", "share.acknowledgement.mode": "explicit"})
+    other = None
+    try:
+        holder.subscribe(["queued"])
+        held: list[int] = []
+        deadline = time.monotonic() + 20
+        while not held and time.monotonic() < deadline:
+            held = [m.offset() for m in holder.poll(0.5) if m.error() is None]
+        assert held, "the share consumer acquired nothing"
+        # the holder polls no more: librdkafka fetches only inside poll()
+        view = ctl.post("/v1/groups/sg-clock/wait", {"state": "Stable", "members": 1, "timeout_ms": 10000})
+        assert (view["type"], view["state"], view["epoch"]) == ("share", "Stable", view["assignment_epoch"])
+        [member] = view["members"]
+        assert (member["client_id"], member["subscribed_topics"]) == ("holder", ["queued"])
+        assert member["member_epoch"] == view["epoch"]
+        assert member["assignment"] == [{"topic": "queued", "partitions": [0]}]
+        [sp] = view["share_partitions"]
+        assert (sp["topic"], sp["partition"], sp["start_offset"], sp["log_end_offset"]) == ("queued", 0, 0, 8)
+        in_flight = sp["in_flight"]
+        assert in_flight["acquired"] >= len(held) and in_flight["acquired"] == sp["end_offset"]
+        assert in_flight["available"] == in_flight["acknowledged"] == in_flight["archived"] == 0
+
+        ctl.post("/v1/clock/advance", {"ms": 30_001})
+        after = ctl.get("/v1/groups/sg-clock")
+        [sp_after] = after["share_partitions"]
+        assert sp_after["in_flight"]["available"] == in_flight["acquired"]
+        assert sp_after["in_flight"]["acquired"] == 0
+        assert [m["member_id"] for m in after["members"]] == [member["member_id"]]  # its session goes on
+
+        other = ShareConsumer({**base, "client.id": "other"})
+        other.subscribe(["queued"])
+        counts: dict[int, int] = {}
+        deadline = time.monotonic() + 20
+        while not set(held) <= set(counts) and time.monotonic() < deadline:
+            for m in other.poll(0.5):
+                if m.error() is None:
+                    counts[m.offset()] = m.delivery_count()
+        assert set(held) <= set(counts)
+        assert {counts[o] for o in held} == {2}
+        view = ctl.post("/v1/groups/sg-clock/wait", {"members": 2, "timeout_ms": 10000})
+        assert sorted(m["client_id"] for m in view["members"]) == ["holder", "other"]
+    finally:
+        holder.close()
+        if other is not None:
+            other.close()

@@ -210,3 +210,102 @@ def test_a_topic_rule_on_metadata_merges_into_a_cached_answer(broker: BrokerProc
         resp = c.call(METADATA, 12, body)
     got = {t.name: (int(t.error_code), len(t.partitions)) for t in resp.topics}
     assert got == {"mx": (5, 0), "my": (0, 2)}
+
+
+def test_share_groups_show_members_and_in_flight_records_and_follow_the_clock(broker: BrokerProcess) -> None:
+    """A share (KIP-932) group in GET /v1/groups: its epochs, the member, each share partition's
+    window and in-flight counts by state; moving the clock past the lock duration makes acquired
+    records Available, past the session timeout expires the member — both visible in the very
+    next answer; expire, waits and events (docs/control.md, "Share groups")."""
+    from tests.test_share_groups_wire import acquired, heartbeat, setup_topic, share_ack, share_fetch
+
+    ctl = Control.of(broker)
+    with WireClient(broker.host, broker.port) as c:
+        tid = setup_topic(c, "sv-t", "sv-g", 5)
+        hb = heartbeat(c, "sv-g", "m1", 0, ["sv-t"])
+        assert hb["error_code"] == 0
+        epoch = hb["member_epoch"]
+        assert acquired(share_fetch(c, "sv-g", "m1", 0, tid)) == [(0, 4, 1)]
+        view = ctl.post("/v1/groups/sv-g/wait", {"state": "Stable", "members": 1, "min_generation": epoch})
+        assert (view["type"], view["state"], view["epoch"], view["assignment_epoch"]) == (
+            "share",
+            "Stable",
+            epoch,
+            epoch,
+        )
+        assert (view["protocol_type"], view["assignor"], view["offsets"]) == ("share", "simple", [])
+        [m] = view["members"]
+        assert (m["member_id"], m["member_epoch"], m["subscribed_topics"]) == ("m1", epoch, ["sv-t"])
+        assert m["assignment"] == [{"topic": "sv-t", "partitions": [0]}]
+        [sp] = view["share_partitions"]
+        assert sp == {
+            "topic": "sv-t",
+            "topic_id": str(tid),
+            "partition": 0,
+            "start_offset": 0,
+            "end_offset": 5,
+            "log_end_offset": 5,
+            "in_flight": {"available": 0, "acquired": 5, "acknowledged": 0, "archived": 0},
+        }
+        listed = ctl.get("/v1/groups")
+        assert [(g["group_id"], g["type"]) for g in listed if g["group_id"] == "sv-g"] == [("sv-g", "share")]
+
+        # accept 0 and 2, reject 3: the SPSO passes 0; 1 and 4 stay acquired
+        acks = [
+            {"first_offset": 0, "last_offset": 0, "acknowledge_types": [1]},
+            {"first_offset": 2, "last_offset": 2, "acknowledge_types": [1]},
+            {"first_offset": 3, "last_offset": 3, "acknowledge_types": [3]},
+        ]
+        assert share_ack(c, "sv-g", "m1", 1, tid, acks)["responses"][0]["partitions"][0]["error_code"] == 0
+        [sp] = ctl.get("/v1/groups/sv-g")["share_partitions"]
+        assert (sp["start_offset"], sp["end_offset"]) == (1, 5)
+        assert sp["in_flight"] == {"available": 0, "acquired": 2, "acknowledged": 1, "archived": 1}
+
+        # past the 30 s lock (default), within the 45 s session: the locks expire, the member stays
+        ctl.post("/v1/clock/advance", {"ms": 30_001})
+        view = ctl.get("/v1/groups/sv-g")
+        assert view["share_partitions"][0]["in_flight"] == {
+            "available": 2,
+            "acquired": 0,
+            "acknowledged": 1,
+            "archived": 1,
+        }
+        assert [m["member_id"] for m in view["members"]] == ["m1"]
+        assert acquired(share_fetch(c, "sv-g", "m1", 2, tid)) == [(1, 1, 2), (4, 4, 2)]
+
+        # past the session timeout: the member is gone in the next answer
+        ctl.post("/v1/clock/advance", {"ms": 15_001})
+        view = ctl.get("/v1/groups/sv-g")
+        assert (view["state"], view["members"]) == ("Empty", [])
+        assert view["epoch"] > epoch
+        assert view["transitions"][-1]["from"] == "Stable" and view["transitions"][-1]["to"] == "Empty"
+        assert ctl.post("/v1/groups/sv-g/wait", {"state": "Empty", "members": 0, "timeout_ms": 0})["state"] == "Empty"
+
+        # expire one member of a share group
+        assert heartbeat(c, "sv-g", "m2", 0, ["sv-t"])["error_code"] == 0
+        assert [m["member_id"] for m in ctl.get("/v1/groups/sv-g")["members"]] == ["m2"]
+        assert ctl.call("POST", "/v1/groups/sv-g/members/nobody/expire").status == 404
+        expired = ctl.post("/v1/groups/sv-g/members/m2/expire")
+        assert (expired["member_id"], expired["group"]["state"], expired["group"]["members"]) == ("m2", "Empty", [])
+
+    stream = ctl.events("/v1/events?types=group,member&last_event_id=0")
+    try:
+        seen = []
+        for ev in stream.events(timeout=3.0):
+            d = ev["data"]
+            if d["group_id"] == "sv-g":
+                seen.append((ev["event"], d.get("kind") or f"{d['from']}->{d['to']}", d.get("member_id")))
+            if len(seen) == 8:
+                break
+    finally:
+        stream.close()
+    assert seen == [
+        ("member", "joined", "m1"),
+        ("group", "Empty->Stable", None),
+        ("member", "expired", "m1"),
+        ("group", "Stable->Empty", None),
+        ("member", "joined", "m2"),
+        ("group", "Empty->Stable", None),
+        ("member", "expired", "m2"),
+        ("group", "Stable->Empty", None),
+    ]

@@ -1,10 +1,12 @@
 """The live page (``GET /`` of the control server): served self-contained, and followed in a
-real headless Chromium (Debian's, driven by Playwright) while a real group rebalances."""
+real headless Chromium (Debian's, driven by Playwright) while a real group rebalances, and while
+a share group's records are acquired and released by a clock advance."""
 
 from __future__ import annotations
 
 import re
 import shutil
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -14,6 +16,7 @@ import pytest
 from rallypoint.testing import Rallypoint
 
 from tests.support import Member, WireClient
+from tests.support.topics import create_topic
 
 pytestmark = pytest.mark.clients
 
@@ -91,3 +94,72 @@ def test_the_page_follows_a_rebalancing_group_in_a_browser(tmp_path: Path, membe
                 browser.close()
         assert not elsewhere, f"the page fetched from elsewhere: {elsewhere}"
     assert (tmp_path / "live-page.png").stat().st_size > 10_000
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup --test installs it)")
+def test_the_page_shows_a_share_group_with_its_in_flight_records(tmp_path: Path) -> None:
+    """A ShareConsumer holds records: the share group's card shows the member and the acquired
+    count; after a clock advance past the lock duration the count moves to available, live."""
+    import confluent_kafka as ck
+    from confluent_kafka import admin
+    from playwright.sync_api import sync_playwright
+
+    group, topic = "live-share", "queued"
+    with Rallypoint({"group.initial.rebalance.delay.ms": 0}, mode="subprocess") as rp:
+        with WireClient("127.0.0.1", rp.port) as w:
+            create_topic(w, topic, 1)
+        entry = admin.ConfigEntry(
+            "share.auto.offset.reset", "earliest", incremental_operation=admin.AlterConfigOpType.SET
+        )
+        resource = admin.ConfigResource(admin.ResourceType.GROUP, group, incremental_configs=[entry])
+        client = admin.AdminClient({"bootstrap.servers": rp.bootstrap})  # alive until the futures resolve
+        for f in client.incremental_alter_configs([resource]).values():
+            f.result(10)
+        producer = ck.Producer({"bootstrap.servers": rp.bootstrap})
+        for i in range(6):
+            producer.produce(topic, f"m{i}".encode())
+        assert producer.flush(15) == 0
+        holder = ck.ShareConsumer(
+            {
+                "bootstrap.servers": rp.bootstrap,
+                "group.id": group,
+                "client.id": "holder",
+                "share.acknowledgement.mode": "explicit",
+            }
+        )
+        try:
+            holder.subscribe([topic])
+            held: list[ck.Message] = []
+            deadline = time.monotonic() + 20
+            while not held and time.monotonic() < deadline:
+                held = [m for m in holder.poll(0.5) if m.error() is None]
+            assert held, "the share consumer acquired nothing"
+            view = rp.wait_group(group, state="Stable", members=1, timeout=10)
+            acquired = view["share_partitions"][0]["in_flight"]["acquired"]
+            assert acquired >= len(held)
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+                try:
+                    page = browser.new_page(viewport={"width": 1400, "height": 900})
+                    page.goto(rp.control_url + "/")
+                    card = f'[data-group="{group}"][data-type="share"]'
+                    page.wait_for_selector(f'{card}[data-state="Stable"][data-members="1"]', timeout=15_000)
+                    assert page.locator(f"{card} .member").all_inner_texts() == [view["members"][0]["member_id"]]
+                    assert page.locator(f"{card} .in-acquired").inner_text() == str(acquired)
+                    assert page.locator(f"{card} .in-available").inner_text() == "0"
+                    page.wait_for_selector("#live.on", timeout=15_000)
+                    rp.advance_clock(30_001)  # past the 30 s lock
+                    page.wait_for_function(
+                        """([card, n]) => {
+                             const a = document.querySelector(card + " .in-available");
+                             const q = document.querySelector(card + " .in-acquired");
+                             return a && q && a.textContent === n && q.textContent === "0";
+                           }""",
+                        arg=[card, str(acquired)],
+                        timeout=10_000,
+                    )
+                    page.screenshot(path=str(tmp_path / "live-share.png"), full_page=True)
+                finally:
+                    browser.close()
+        finally:
+            holder.close()

@@ -9,12 +9,18 @@ carry is learnt on the way:
   (request and answer, seen by the request hook).
 
 So after a restart these are null until the group's next rebalance (docs/control.md, "Groups").
+
+Consumer (KIP-848) and share (KIP-932) groups are read from their own runtimes, which know their
+epochs and members; a share group also shows each share partition's in-flight record counts.
+Share-group membership changes arrive through the share runtime's listener and become the same
+``member`` and ``group`` events (docs/control.md, "Share groups").
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -27,6 +33,8 @@ from .events import EventHub
 
 if TYPE_CHECKING:
     from ..broker import Broker
+    from ..share.membership import Change
+    from ..share.runtime import ShareGroupsRuntime
 
 TRANSITIONS_KEPT: Final = 50  # per group
 GROUPS_TRACKED: Final = 10000  # groups whose transitions are remembered (least recent dropped)
@@ -146,6 +154,33 @@ class GroupTracker:
                     self._publish_member(gid, member, kind, now, f)
         self._wake(gid)
 
+    def on_share_change(self, c: Change) -> None:
+        """The share runtime's listener: a member joined, left or expired.  It becomes a
+        ``member`` event, and a ``group`` transition when the group goes between Empty and
+        Stable (a share group has no other states)."""
+        share: ShareGroupsRuntime | None = getattr(self.broker, "share_groups", None)
+        group = share.machine.groups.get(c.group_id) if share is not None else None
+        member = group.members.get(c.member_id) if group is not None else None
+        fields: dict[str, object] = {"group": c.group_id, "member": c.member_id, "reason": None}
+        if member is not None:
+            fields["client"] = member.client_id
+        self._on_note(Note(c.event, fields))
+        kind = _note_kind(c.event)
+        if (kind == "joined" and c.members == 1) or (kind in ("left", "expired") and c.members == 0):
+            joined = kind == "joined"
+            self._on_transition(
+                Transition(
+                    group_id=c.group_id,
+                    partition=-1,  # share-group membership is not kept in a log partition
+                    from_state="Empty" if joined else "Stable",
+                    to_state="Stable" if joined else "Empty",
+                    generation=group.epoch if group is not None else c.epoch,
+                    leader=None,
+                    members=c.members,
+                    reason=f"member {c.member_id} {kind}",
+                )
+            )
+
     def _publish_member(self, gid: str, member: str, kind: str, now: int, f: dict[str, object]) -> None:
         data: dict[str, Any] = {"group_id": gid, "member_id": member, "kind": kind, "time_ms": now}
         for src, dst in (("reason", "reason"), ("client", "client_id"), ("instance", "instance_id")):
@@ -225,6 +260,9 @@ class GroupTracker:
         consumer = getattr(self.broker, "consumer_groups", None)
         if consumer is not None:
             types.update((g.group_id, g.group_type) for g in consumer.list_groups((), ()))
+        share = getattr(self.broker, "share_groups", None)
+        if share is not None:
+            types.update((g.group_id, "share") for g in share.machine.all())
         return list(types.items())
 
     async def views(self) -> list[dict[str, Any]]:
@@ -240,6 +278,9 @@ class GroupTracker:
         consumer = getattr(self.broker, "consumer_groups", None)
         if consumer is not None and consumer.is_consumer_group(gid):
             return await self._consumer_view(gid)
+        share = getattr(self.broker, "share_groups", None)
+        if share is not None and share.machine.is_share_group(gid):
+            return self._share_view(share, gid)
         runtime = self.broker.groups
         described = (await runtime.describe([gid], 6)).groups[0]
         if described.error == ErrorCode.GROUP_ID_NOT_FOUND or described.state == "Dead":
@@ -322,6 +363,68 @@ class GroupTracker:
             "leader": None,
             "members": members,
             "offsets": await self._offsets(gid),
+            "transitions": list(self._transitions.get(gid, ())),
+        }
+
+    def _share_view(self, share: ShareGroupsRuntime, gid: str) -> dict[str, Any] | None:
+        """A share (KIP-932) group: its epochs, members with their subscriptions and partitions,
+        and every share partition of the group with its window and in-flight record counts
+        (docs/control.md, "Share groups")."""
+        g = share.machine.groups.get(gid)
+        if g is None:
+            return None
+        topics = self.broker.topics
+
+        def name(tid: uuid.UUID) -> str | None:
+            t = topics.by_id(tid)
+            return t.name if t is not None else None
+
+        def parts(assignment: dict[uuid.UUID, frozenset[int]]) -> list[dict[str, Any]]:
+            named = ({"topic": name(tid), "partitions": sorted(ps)} for tid, ps in assignment.items())
+            return sorted(named, key=lambda x: x["topic"] or "")
+
+        members = [
+            {
+                "member_id": m.member_id,
+                "instance_id": None,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "rack_id": m.rack_id,
+                "member_epoch": m.epoch,
+                "subscribed_topics": sorted(m.subscribed),
+                "assignment": parts(m.assignment),
+            }
+            for m in sorted(g.members.values(), key=lambda m: m.member_id)
+        ]
+        partitions = []
+        for (_, tid, p), sp in share.describe_partitions(gid):
+            topic = name(tid)
+            plog = topics.partition(topic, p) if topic is not None else None
+            partitions.append(
+                {
+                    "topic": topic,
+                    "topic_id": str(tid),
+                    "partition": p,
+                    "start_offset": sp.start_offset,
+                    "end_offset": sp.end_offset,
+                    "log_end_offset": plog.high_watermark if plog is not None else None,
+                    "in_flight": sp.counts(),
+                }
+            )
+        partitions.sort(key=lambda x: (x["topic"] or "", x["topic_id"], x["partition"]))
+        return {
+            "group_id": gid,
+            "type": "share",
+            "state": g.state,
+            "epoch": g.epoch,
+            "assignment_epoch": g.assignment_epoch,
+            "assignor": "simple",
+            "protocol_type": "share",
+            "protocol": None,
+            "leader": None,
+            "members": members,
+            "offsets": [],
+            "share_partitions": partitions,
             "transitions": list(self._transitions.get(gid, ())),
         }
 

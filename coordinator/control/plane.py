@@ -67,6 +67,9 @@ class ControlPlane:
         consumer = getattr(broker, "consumer_groups", None)  # KIP-848 groups: their epochs and members
         if consumer is not None:
             consumer.add_listener(self.groups.on_group_event)
+        share = getattr(broker, "share_groups", None)  # KIP-932 groups: their membership changes
+        if share is not None:
+            share.add_listener(self.groups.on_share_change)
         self.skew_ms = 0
         self.started = time.monotonic()
         self.server: ServerInfo | None = None
@@ -288,9 +291,15 @@ class ControlPlane:
         runtime = getattr(self.broker, "groups", None)
         if runtime is not None:
             runtime.fire_timers()
+        share = getattr(self.broker, "share_groups", None)
+        if share is not None:
+            share.poke()  # share-member sessions and acquisition locks now due fire at once
         return adv.now_ms()
 
     def expire_member(self, group_id: str, member_id: str) -> bool:
+        share = getattr(self.broker, "share_groups", None)
+        if share is not None and share.machine.is_share_group(group_id):
+            return bool(share.expire_member(group_id, member_id))
         runtime = getattr(self.broker, "groups", None)
         return bool(runtime is not None and runtime.fire_timers((group_id, member_id)))
 

@@ -21,6 +21,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from ..groups.persist import response_error
 from ..logger import get as get_logger
 from ..storage.errors import PersistError
 from ..topics.partition import OffsetOutOfRange, PartitionLog
-from .membership import SessionTimer, ShareGroupMachine, ShareHeartbeat, ShareHeartbeatResult
+from .membership import Change, SessionTimer, ShareGroupMachine, ShareHeartbeat, ShareHeartbeatResult
 from .partition import AckBatch, Acquired, LogBatch, SharePartition, ack_batches_error
 from .sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError, SessionKey, ShareSessions, TopicIdPartition
 from .state_store import SavedState, ShareStateStore, StateKey
@@ -248,6 +249,11 @@ class ShareGroupsRuntime:
     def _log_changes(self) -> None:
         for c in self.machine.changes:
             log.info(c.event, group=c.group_id, member=c.member_id, epoch=c.epoch, members=c.members)
+            for listener in self._listeners:
+                try:
+                    listener(c)
+                except Exception:  # a listener must never break the coordinator
+                    log.exception("share_group.listener_failed")
         self.machine.changes.clear()
 
     def _arm_member(self, key: SessionTimer, deadline: int) -> None:
@@ -274,13 +280,53 @@ class ShareGroupsRuntime:
             self._write_later()
 
     def poke(self) -> None:
-        """The broker clock jumped (the control plane's time travel): re-check every deadline."""
-        for key in list(self._member_timers):
-            self._member_timers.pop(key).cancel()
-            self._schedule_member(key)
+        """The broker clock jumped (the control plane's time travel): every member session and
+        acquisition lock now due fires at once, earliest deadline first; the others are
+        re-scheduled against the moved clock."""
+        if self._loop is None:
+            return
+        now = self.clock.now_ms()
+        due: list[tuple[int, int, Callable[[], None]]] = []
+        for key in list(self._member_deadlines):
+            h = self._member_timers.pop(key, None)
+            if h is not None:
+                h.cancel()
+            if self._member_deadlines[key] <= now:
+                due.append((self._member_deadlines[key], len(due), partial(self._member_fired, key)))
+            else:
+                self._schedule_member(key)
         for skey in list(self._lock_timers):
             self._lock_timers.pop(skey)[1].cancel()
-            self._arm_locks(skey)
+            sp = self.partitions.get(skey)
+            deadline = sp.next_deadline() if sp is not None else None
+            if deadline is not None and deadline <= now:
+                due.append((deadline, len(due), partial(self._locks_fired, skey)))
+            else:
+                self._arm_locks(skey)
+        for _, _, fire in sorted(due, key=lambda d: (d[0], d[1])):
+            fire()
+
+    # the control plane (coordinator/control/groupview.py): a listener for membership changes,
+    # and ``expire`` for one member (docs/control.md, "Share groups")
+    _listeners: tuple[Callable[[Change], None], ...] = ()
+
+    def add_listener(self, listener: Callable[[Change], None]) -> None:
+        """Call ``listener`` with every membership change as it is logged (on the event loop; it
+        must not raise or block)."""
+        self._listeners = (*self._listeners, listener)
+
+    def expire_member(self, group: str, member: str) -> bool:
+        """The member's session ends now, through the same path as missed heartbeats.  False
+        when it has no session timer (unknown group or member)."""
+        key = (group, member)
+        if key not in self._member_deadlines:
+            return False
+        self._member_deadlines[key] = self.clock.now_ms()
+        h = self._member_timers.pop(key, None)
+        if h is not None:
+            h.cancel()
+        self._member_fired(key)
+        return True
 
     # ------------------------------------------------------------------ connections
 
