@@ -180,8 +180,8 @@ async def share_runtime(tmp_path: Path) -> tuple[ShareGroupsRuntime, SystemClock
     return rt, clock, store, seen
 
 
-def share_join(rt: ShareGroupsRuntime, group: str, member: str) -> None:
-    r = rt.heartbeat(ShareHeartbeat(group, member, 0, subscribed_topic_names=("t",)))
+async def share_join(rt: ShareGroupsRuntime, group: str, member: str) -> None:
+    r = await rt.heartbeat(ShareHeartbeat(group, member, 0, subscribed_topic_names=("t",)))
     assert r.error == ErrorCode.NONE, r
 
 
@@ -189,16 +189,16 @@ async def test_a_share_clock_jump_expires_sessions_inside_poke_in_deadline_order
     rt, clock, store, seen = await share_runtime(tmp_path)
     try:
         store.create("t", 1)
-        share_join(rt, "late", "m1")  # 45 s session
-        share_join(rt, "early", "m2")  # 20 s session
-        share_join(rt, "kept", "m3")
-        share_join(rt, "kept", "m4")
+        await share_join(rt, "late", "m1")  # 45 s session
+        await share_join(rt, "early", "m2")  # 20 s session
+        await share_join(rt, "kept", "m3")
+        await share_join(rt, "kept", "m4")
         assert rt.expire_member("kept", "m4") and not rt.expire_member("kept", "nobody")
         seen.clear()
         clock.advance(44_000)
         rt.poke()  # no loop turn in between: what is due has fired when poke returns
         assert [(c.event, c.group_id) for c in seen] == [("share_group.member_expired", "early")]
-        share_join(rt, "kept", "m5")  # joins after the jump: a full session from now
+        await share_join(rt, "kept", "m5")  # joins after the jump: a full session from now
         seen.clear()
         clock.advance(1_500)
         rt.poke()
@@ -215,7 +215,7 @@ async def test_a_share_session_not_yet_due_is_rescheduled_against_the_moved_cloc
     rt, clock, store, seen = await share_runtime(tmp_path)
     try:
         store.create("t", 1)
-        share_join(rt, "g", "m")
+        await share_join(rt, "g", "m")
         clock.advance(44_700)  # 300 ms of the session left
         rt.poke()
         assert seen[1:] == []
