@@ -309,3 +309,22 @@ def test_share_groups_show_members_and_in_flight_records_and_follow_the_clock(br
         ("member", "expired", "m2"),
         ("group", "Stable->Empty", None),
     ]
+
+
+def test_consumer_group_members_follow_the_clock_and_can_be_expired(broker: BrokerProcess) -> None:
+    """KIP-848 members: ``expire`` runs the session-expiry path, and a clock jump past the
+    session timeout expires a member at once (docs/control.md, "Clock")."""
+    import uuid
+
+    from tests.test_consumer_groups_wire import join, make_topic
+
+    control = Control(control_url(broker))
+    a, b = str(uuid.uuid4()), str(uuid.uuid4())
+    with WireClient(broker.host, broker.port) as c:
+        make_topic(c, "ce-t", 2)
+        assert join(c, "ce-g", a, ["ce-t"])["error_code"] == 0
+        assert join(c, "ce-g", b, ["ce-t"])["error_code"] == 0
+        view = control.post(f"/v1/groups/ce-g/members/{a}/expire", {})
+        assert [m["member_id"] for m in view["group"]["members"]] == [b]
+        control.post("/v1/clock/advance", {"ms": 46_000})  # past the default 45 s session
+        assert control.get("/v1/groups/ce-g")["members"] == []

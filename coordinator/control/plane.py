@@ -291,6 +291,9 @@ class ControlPlane:
         runtime = getattr(self.broker, "groups", None)
         if runtime is not None:
             runtime.fire_timers()
+        consumer = getattr(self.broker, "consumer_groups", None)
+        if consumer is not None:
+            consumer.fire_timers()  # KIP-848 sessions and revocation deadlines now due fire at once
         share = getattr(self.broker, "share_groups", None)
         if share is not None:
             share.poke()  # share-member sessions and acquisition locks now due fire at once
@@ -300,6 +303,9 @@ class ControlPlane:
         share = getattr(self.broker, "share_groups", None)
         if share is not None and share.machine.is_share_group(group_id):
             return bool(share.expire_member(group_id, member_id))
+        consumer = getattr(self.broker, "consumer_groups", None)
+        if consumer is not None and consumer.is_consumer_group(group_id):
+            return bool(consumer.fire_timers((group_id, member_id)))
         runtime = getattr(self.broker, "groups", None)
         return bool(runtime is not None and runtime.fire_timers((group_id, member_id)))
 

@@ -46,6 +46,7 @@ from .consumer_events import (
 from .events import (
     ArmTimer,
     CancelTimer,
+    ConsumerMemberKey,
     HeartbeatRequest,
     HeartbeatResult,
     JoinRequest,
@@ -317,6 +318,32 @@ class ConsumerGroupsRuntime:
         delay_ms = max(0, deadline - self.clock.now_ms())
         self._timers[key] = self._loop.call_later(delay_ms / 1000.0, self._fire, key)
         self._handle_at[key] = deadline
+
+    def fire_timers(self, expire_member: tuple[str, str] | None = None) -> bool:
+        """The broker clock jumped (the control plane's time travel): every timer now due fires
+        at once, earliest deadline first, the others are re-scheduled against the moved clock.
+
+        ``expire_member=(group_id, member_id)``: that member's session deadline is made now
+        first, so it expires exactly as if it had stopped heartbeating.  False, and nothing
+        changes, when it has no session timer."""
+        now = self.clock.now_ms()
+        if expire_member is not None:
+            key = ConsumerMemberKey("session", expire_member[0], expire_member[1])
+            if key not in self._deadlines:
+                return False
+            self._deadlines[key] = now
+        due = sorted(((d, k) for k, d in self._deadlines.items() if d <= now), key=lambda dk: (dk[0], dk[1].sort_key()))
+        for _, key in due:
+            h = self._timers.pop(key, None)
+            self._handle_at.pop(key, None)
+            if h is not None:
+                h.cancel()
+            if self._deadlines.pop(key, None) is not None:
+                self._apply(self.machine.timer_fired(key, now))
+        for key in list(self._deadlines):
+            if key in self._timers:
+                self._schedule(key)
+        return True
 
     def _fire(self, key: TimerKey) -> None:
         self._timers.pop(key, None)
