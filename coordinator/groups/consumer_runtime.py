@@ -328,10 +328,10 @@ class ConsumerGroupsRuntime:
         changes, when it has no session timer."""
         now = self.clock.now_ms()
         if expire_member is not None:
-            key = ConsumerMemberKey("session", expire_member[0], expire_member[1])
-            if key not in self._deadlines:
+            session: TimerKey = ConsumerMemberKey("session", expire_member[0], expire_member[1])
+            if session not in self._deadlines:
                 return False
-            self._deadlines[key] = now
+            self._deadlines[session] = now
         due = sorted(((d, k) for k, d in self._deadlines.items() if d <= now), key=lambda dk: (dk[0], dk[1].sort_key()))
         for _, key in due:
             h = self._timers.pop(key, None)
