@@ -116,6 +116,7 @@ def build_broker(cfg: Config, clock: Clock | None = None) -> Broker:
         share_groups=share_groups,
     )
     consumer_groups.machine.group_setting = broker.group_configs.get  # per-group session/heartbeat settings
+    share_groups.cluster = broker.cluster
     broker.add_component(broker.topics)
     broker.add_component(groups)
     broker.add_component(consumer_groups)

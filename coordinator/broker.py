@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from .clock import Clock
+from .cluster import Cluster
 from .config import Config
 from .config_resources import ConfigResources
 from .groups.group_configs import GroupConfigStore
@@ -63,6 +64,7 @@ class RequestContext:
     client_id: str | None
     client_host: str
     connection_id: int
+    node_id: int = -1  # the node whose listener the request came in on (docs/cluster.md)
 
 
 def data_dir(config: Config) -> Path:
@@ -114,6 +116,8 @@ class Broker:
         self.config = config
         self.clock = clock
         self.node_id: int = config["node.id"]
+        # the nodes this process serves and who leads what (docs/cluster.md)
+        self.cluster = Cluster.of(self.node_id, config["rallypoint.brokers"])
         self.data_dir = data_dir(config)
         self.cluster_id = _load_or_make_cluster_id(self.data_dir, self.node_id)
         self.topics = topics
@@ -144,6 +148,19 @@ class Broker:
             return endpoint[1]
         p = self.config["advertised.port"]
         return int(p) if p is not None else self.bound_port
+
+    def brokers(self) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of every running node, as the current connection's listener
+        advertises them (docs/cluster.md)."""
+        if self.cluster.single:
+            return [(self.node_id, self.advertised_host, self.advertised_port)]
+        return self.cluster.live_brokers()
+
+    @property
+    def controller_id(self) -> int:
+        """The node named as controller: the first running one (KRaft brokers name the active
+        controller; there is none here)."""
+        return next((n for n in self.cluster.nodes if n in self.cluster.up), -1)
 
     def connection_closed(self, connection_id: int) -> None:
         """The server's word that a client connection is gone (share sessions go with it)."""

@@ -41,6 +41,7 @@ SETTING_FLAGS: dict[str, str] = {
     "--advertised-host": "advertised.host",
     "--advertised-port": "advertised.port",
     "--control-port": "rallypoint.control.port",
+    "--brokers": "rallypoint.brokers",
 }
 
 

@@ -154,6 +154,14 @@ SETTINGS: Final[dict[str, Setting]] = {
         ),
         Setting("data.dir", _str, "/tmp/rallypoint-data", "directory of topic data, offsets log, metadata"),
         Setting("node.id", _int_range(0, INT32_MAX), 1, "broker id in Metadata"),
+        # several brokers in one process: docs/cluster.md
+        Setting("rallypoint.brokers", _int_range(1, 64), 1, "brokers (nodes) served by this process"),
+        Setting(
+            "rallypoint.advertised.listeners",
+            _str,
+            "",
+            "host:port advertised by each node, comma-separated in node order",
+        ),
         Setting("socket.request.max.bytes", _int_range(1, INT32_MAX), 104857600, "largest request frame"),
         # Connection and request limits: docs/reliability.md, "Limits".
         Setting(

@@ -52,7 +52,9 @@ from rallypoint.protocol.apis import API_VERSIONS_KEY, served
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.framing import FrameError, parse_request_header, peek_api_key_version
 
+from . import routing
 from .broker import Broker, CloseConnection, RequestContext
+from .cluster import CURRENT_LISTENER, CURRENT_NODE
 from .control import control_plane_for
 from .handlers import load_handlers
 from .handlers.api_versions import unsupported_version_body
@@ -203,6 +205,12 @@ class Server:
             else:
                 ad_host, ad_port = cfg["advertised.host"], cfg["advertised.port"]
                 listeners = [Listener("PLAINTEXT", "PLAINTEXT", host, port, ad_host, ad_port)]
+        cluster = broker.cluster
+        if not cluster.single or cfg["rallypoint.advertised.listeners"]:
+            listeners = listeners_mod.per_node(listeners, cluster.nodes, cfg["rallypoint.advertised.listeners"])
+        for listener in listeners:
+            if listener.node_id < 0:
+                listener.node_id = broker.node_id
         self.listeners = listeners
         self.host = listeners[0].host
         self.port = listeners[0].port
@@ -223,7 +231,7 @@ class Server:
         pool: int = cfg["queued.max.request.bytes"]
         self._memory = _BytePool(pool) if pool > 0 else None
         self._pipeline_turn = asyncio.Lock()
-        self.handlers = load_handlers()
+        self.handlers = routing.guarded(load_handlers(), broker)  # NOT_COORDINATOR on the wrong node
         self.hook = control_plane_for(broker)  # docs/control.md; a no-op when the control plane is off
         self._server: asyncio.base_events.Server | None = None
         self._servers: list[asyncio.base_events.Server] = []
@@ -259,6 +267,9 @@ class Server:
                 listener.bound_port = server.sockets[0].getsockname()[1]
             self._server = self._servers[0]
             self.port = self.listeners[0].bound_port
+            for listener in self.listeners:
+                eps = self.broker.cluster.endpoints.setdefault(listener.node_id, {})
+                eps[listener.name] = self._advertised(listener)
             self.broker.bound_port = self.port
             control = await self.hook.start(self)
         except BaseException:
@@ -280,6 +291,7 @@ class Server:
             ],
             security_protocols={listener.name: listener.protocol for listener in self.listeners},
             node_id=self.broker.node_id,
+            nodes=self.broker.cluster.nodes,
             cluster_id=self.broker.cluster_id,
             control=control,
         )
@@ -354,8 +366,11 @@ class Server:
         # drain() waits while more than this many answer bytes wait for the peer.
         writer.transport.set_write_buffer_limits(high=self.max_queued_response_bytes)
         self._size_socket_buffers(writer)
-        # This task's context: Metadata and FindCoordinator answer with this listener's endpoint.
+        # This task's context: Metadata and FindCoordinator answer with this listener's endpoint,
+        # and the node it belongs to answers (docs/cluster.md).
         CURRENT_ENDPOINT.set(self._advertised(listener))
+        CURRENT_NODE.set(listener.node_id)
+        CURRENT_LISTENER.set(listener.name)
         session: SaslAuthenticator | None = None
         try:
             if listener.sasl:
@@ -608,7 +623,17 @@ class Server:
         if not isinstance(decoded, _Decoded):
             return decoded
         api_key, version, corr = decoded.api_key, decoded.version, decoded.corr
-        ctx = RequestContext(self.broker, api_key, version, corr, decoded.client_id, client_host, cid)
+        node = CURRENT_NODE.get()
+        ctx = RequestContext(
+            self.broker,
+            api_key,
+            version,
+            corr,
+            decoded.client_id,
+            client_host,
+            cid,
+            self.broker.node_id if node is None else node,
+        )
         store = self.broker.topics
         mutations = store.mutations
         try:

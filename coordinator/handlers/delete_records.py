@@ -17,6 +17,7 @@ from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
 from ..topics.store import INTERNAL_TOPICS
+from ._leadership import not_leader
 
 API_KEY = 21
 
@@ -37,6 +38,8 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 code = ErrorCode.INVALID_TOPIC_EXCEPTION
             elif log is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif (elsewhere := not_leader(ctx, t.name, p.partition_index)) is not None:
+                code = elsewhere  # docs/cluster.md
             else:
                 offset = log.high_watermark if p.offset == HIGH_WATERMARK else int(p.offset)
                 if offset < 0 or offset > log.high_watermark:

@@ -46,15 +46,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         **base,
         "error_code": ErrorCode.NONE,
         "error_message": None,
-        "controller_id": broker.node_id,
+        "controller_id": broker.controller_id,
         "brokers": [
-            {
-                "broker_id": broker.node_id,
-                "host": broker.advertised_host,
-                "port": broker.advertised_port,
-                "rack": None,
-                "is_fenced": False,
-            }
+            {"broker_id": n, "host": h, "port": p, "rack": None, "is_fenced": False} for n, h, p in broker.brokers()
         ],
         "cluster_authorized_operations": ops,
     }

@@ -19,6 +19,7 @@ from ..broker import RequestContext
 from ..logger import get as get_logger
 from ..topics.fetch_sessions import INVALID_SESSION_ID, ZERO_UUID, Key, PartitionRequest
 from ..topics.fetcher import ReadSpec, fetch
+from ._leadership import LeaderHints, not_leader
 
 API_KEY = 1
 
@@ -91,6 +92,8 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             spec.error = ErrorCode.UNKNOWN_TOPIC_ID
         elif topic is None or topic.partition(req.partition) is None:
             spec.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        elif (elsewhere := not_leader(ctx, topic.name, req.partition)) is not None:
+            spec.error = elsewhere  # another node leads it (docs/cluster.md)
         else:
             spec.log = topic.partition(req.partition)
         specs.append((req.partition, spec))
@@ -119,7 +122,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     elif error != ErrorCode.NONE:
         log.info("fetch session error", error=error.name, client_id=ctx.client_id, connection=ctx.connection_id)
 
-    node_endpoints: list[dict[str, Any]] = []
+    hints = LeaderHints(ctx)
     topics_out: dict[Any, dict[str, Any]] = {}
     for _key, req, data in to_send:
         tkey = req.topic_id if by_id else req.topic
@@ -132,21 +135,12 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             ErrorCode.NOT_LEADER_OR_FOLLOWER,
             ErrorCode.FENCED_LEADER_EPOCH,
         ):
-            data = {**data, "current_leader": {"leader_id": broker.node_id, "leader_epoch": 0}}
-            if not node_endpoints:
-                node_endpoints.append(
-                    {
-                        "node_id": broker.node_id,
-                        "host": broker.advertised_host,
-                        "port": broker.advertised_port,
-                        "rack": None,
-                    }
-                )
+            data = {**data, "current_leader": hints.current_leader(req.topic or "", req.partition)}
         entry["partitions"].append(data)
     return {
         "throttle_time": 0,
         "error_code": error,
         "session_id": session_id,
         "responses": list(topics_out.values()),
-        "node_endpoints": node_endpoints,
+        "node_endpoints": hints.node_endpoints(),
     }

@@ -1,5 +1,6 @@
-"""FindCoordinator (10), v0-6: we are the only broker, so we coordinate every group and every
-transactional id (key type 1).
+"""FindCoordinator (10), v0-6: the node coordinating a group (key type 0) or a transactional id
+(key type 1): the leader of its ``__consumer_offsets`` / ``__transaction_state`` partition
+(docs/cluster.md; with one broker, always this one).
 
 Like Kafka, the ``__consumer_offsets`` (``__transaction_state``) topic is created on first use
 and that first answer is COORDINATOR_NOT_AVAILABLE (``KafkaApis.getCoordinator``).  Kafka does not validate the key here
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import partition_for
 
 from ..broker import RequestContext
 from ..logger import get as get_logger
@@ -59,6 +61,22 @@ def _transaction_topic_ready(ctx: RequestContext) -> bool:
     return False
 
 
+def _node_of(ctx: RequestContext, key_type: int, key: str) -> tuple[int, str, int] | None:
+    """(node, host, port) coordinating ``key``: the leader of its ``__consumer_offsets`` or
+    ``__transaction_state`` partition (docs/cluster.md); None when that partition has none."""
+    broker = ctx.broker
+    cluster = broker.cluster
+    if cluster.single:
+        return broker.node_id, broker.advertised_host, broker.advertised_port
+    if key_type == KEY_TYPE_GROUP:
+        node = cluster.group_coordinator(broker.groups.partition_for(key))
+    else:
+        # TransactionStateManager.partitionFor: the same hash as groups', over its own partitions
+        node = cluster.txn_coordinator(partition_for(key, broker.config["transaction.state.log.num.partitions"]))
+    ep = cluster.endpoint(node) if node is not None else None
+    return None if node is None or ep is None else (node, ep[0], ep[1])
+
+
 def _coordinator(key_type: int, topic_ready: bool) -> ErrorCode:
     if key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
         return ErrorCode.NONE if topic_ready else ErrorCode.COORDINATOR_NOT_AVAILABLE
@@ -69,7 +87,6 @@ def _coordinator(key_type: int, topic_ready: bool) -> ErrorCode:
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
-    broker = ctx.broker
     key_type = int(getattr(request, "key_type", KEY_TYPE_GROUP))
     known_type = key_type in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE)
     if key_type == KEY_TYPE_GROUP:
@@ -82,13 +99,15 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         coordinators = []
         for key in request.coordinator_keys:
             err = _coordinator(key_type, ready)
-            ok = err == ErrorCode.NONE
+            node = _node_of(ctx, key_type, key) if err == ErrorCode.NONE else None
+            if err == ErrorCode.NONE and node is None:
+                err = ErrorCode.COORDINATOR_NOT_AVAILABLE
             coordinators.append(
                 {
                     "key": key,
-                    "node_id": broker.node_id if ok else -1,
-                    "host": broker.advertised_host if ok else "",
-                    "port": broker.advertised_port if ok else -1,
+                    "node_id": node[0] if node else -1,
+                    "host": node[1] if node else "",
+                    "port": node[2] if node else -1,
                     "error_code": err,
                     # per-key errors carry no message, except a request-level failure
                     "error_message": None if known_type else _MESSAGES[err],
@@ -96,12 +115,14 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             )
         return {"throttle_time": 0, "coordinators": coordinators}
     err = _coordinator(key_type, ready)
-    ok = err == ErrorCode.NONE
+    node = _node_of(ctx, key_type, request.key) if err == ErrorCode.NONE else None
+    if err == ErrorCode.NONE and node is None:
+        err = ErrorCode.COORDINATOR_NOT_AVAILABLE
     return {
         "throttle_time": 0,
         "error_code": err,
         "error_message": _MESSAGES[err],
-        "node_id": broker.node_id if ok else -1,
-        "host": broker.advertised_host if ok else "",
-        "port": broker.advertised_port if ok else -1,
+        "node_id": node[0] if node else -1,
+        "host": node[1] if node else "",
+        "port": node[2] if node else -1,
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import partition_for
 
 from ..broker import RequestContext
 
@@ -25,6 +26,11 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     if result.error == ErrorCode.NONE:
         consumer += ctx.broker.share_groups.machine.list_groups(states, types)
     ids = {g.group_id for g in consumer}
+    listed = [*(g for g in result.groups if g.group_id not in ids), *consumer]
+    cluster = ctx.broker.cluster
+    if not cluster.single:  # a node lists the groups it coordinates (docs/cluster.md)
+        n = ctx.broker.groups.config.num_partitions
+        listed = [g for g in listed if cluster.group_coordinator(partition_for(g.group_id, n)) == ctx.node_id]
     return {
         "throttle_time": 0,
         "error_code": result.error,
@@ -35,6 +41,6 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 "group_state": g.state,
                 "group_type": g.group_type,
             }
-            for g in [*(g for g in result.groups if g.group_id not in ids), *consumer]
+            for g in listed
         ],
     }

@@ -22,6 +22,7 @@ from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
 from ..topics.partition import LEADER_EPOCH
+from ._leadership import not_leader
 
 API_KEY = 2
 
@@ -92,6 +93,10 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             plog = topic.partition(idx) if topic is not None else None
             if plog is None:
                 parts.append(_answer(idx, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            elsewhere = not_leader(ctx, t.name, idx)  # docs/cluster.md
+            if elsewhere is not None:
+                parts.append(_answer(idx, elsewhere))
                 continue
             cle = int(getattr(p, "current_leader_epoch", -1))
             if cle >= 0 and cle != LEADER_EPOCH:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from rallypoint.protocol.errors import ErrorCode
+from rallypoint.protocol.offsets_schema import partition_for
 
 from ..broker import RequestContext
 from ..groups.consumer_model import RegexError, compile_regex
@@ -38,7 +39,11 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             }
     now = broker.clock.now_ms()
     out = []
+    cluster = broker.cluster
+    n_partitions = broker.config["transaction.state.log.num.partitions"]
     for txn_id, t in sorted(broker.transactions.machine.visible().items()):
+        if not cluster.single and cluster.txn_coordinator(partition_for(txn_id, n_partitions)) != ctx.node_id:
+            continue  # a node lists the transactional ids it coordinates (docs/cluster.md)
         name = STATE_NAMES[t.state]
         if name not in known:
             continue

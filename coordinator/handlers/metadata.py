@@ -36,6 +36,7 @@ from rallypoint.protocol import codec
 from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
+from ..cluster import Cluster
 from ..slicing import Slicer
 from ..topics import Topic, TopicError
 from ..topics.store import INTERNAL_TOPICS, validate_topic_name
@@ -86,25 +87,68 @@ _caches: weakref.WeakKeyDictionary[Any, _Cache] = weakref.WeakKeyDictionary()
 
 def _cache_key(ctx: RequestContext, names: tuple[str, ...] | None, allow_auto: bool) -> tuple[Any, ...]:
     b = ctx.broker
-    return (ctx.api_version, names, allow_auto, b.node_id, b.advertised_host, b.advertised_port, b.cluster_id)
+    return (
+        ctx.api_version,
+        names,
+        allow_auto,
+        ctx.node_id,
+        b.cluster.version,
+        b.advertised_host,
+        b.advertised_port,
+        b.cluster_id,
+    )
+
+
+def _partition_entry(cluster: Cluster, topic: str, p: int) -> dict[str, Any]:
+    """One partition of a cluster of several nodes (docs/cluster.md, "Leadership"): no
+    replication, so the leader is the only replica; a partition whose node is offline has no
+    leader (LEADER_NOT_AVAILABLE, Kafka's answer for a partition without a live leader)."""
+    leader = cluster.leader(topic, p)
+    if leader is None:
+        home = cluster.preferred(topic, p)
+        return {
+            "error_code": ErrorCode.LEADER_NOT_AVAILABLE,
+            "partition_index": p,
+            "leader_id": -1,
+            "leader_epoch": 0,
+            "replica_nodes": [home],
+            "isr_nodes": [],
+            "offline_replicas": [home],
+        }
+    return {
+        "error_code": ErrorCode.NONE,
+        "partition_index": p,
+        "leader_id": leader,
+        "leader_epoch": 0,
+        "replica_nodes": [leader],
+        "isr_nodes": [leader],
+        "offline_replicas": [],
+    }
 
 
 async def topic_entry(ctx: RequestContext, topic: Topic, slicer: Slicer) -> dict[str, Any]:
     node = ctx.broker.node_id
+    cluster = ctx.broker.cluster
     partitions: list[dict[str, Any]] = []
     for first in range(0, topic.num_partitions, _PARTITIONS_PER_TICK):
-        partitions.extend(
-            {
-                "error_code": ErrorCode.NONE,
-                "partition_index": p,
-                "leader_id": node,
-                "leader_epoch": 0,
-                "replica_nodes": [node],
-                "isr_nodes": [node],
-                "offline_replicas": [],
-            }
-            for p in range(first, min(first + _PARTITIONS_PER_TICK, topic.num_partitions))
-        )
+        if cluster.single:
+            partitions.extend(
+                {
+                    "error_code": ErrorCode.NONE,
+                    "partition_index": p,
+                    "leader_id": node,
+                    "leader_epoch": 0,
+                    "replica_nodes": [node],
+                    "isr_nodes": [node],
+                    "offline_replicas": [],
+                }
+                for p in range(first, min(first + _PARTITIONS_PER_TICK, topic.num_partitions))
+            )
+        else:
+            partitions.extend(
+                _partition_entry(cluster, topic.name, p)
+                for p in range(first, min(first + _PARTITIONS_PER_TICK, topic.num_partitions))
+            )
         await slicer.tick()
     return {
         "error_code": ErrorCode.NONE,
@@ -231,16 +275,9 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | codec.En
             topics.append(await topic_entry(ctx, topic, slicer))
     answer = {
         "throttle_time": 0,
-        "brokers": [
-            {
-                "node_id": broker.node_id,
-                "host": broker.advertised_host,
-                "port": broker.advertised_port,
-                "rack": None,
-            }
-        ],
+        "brokers": [{"node_id": n, "host": h, "port": p, "rack": None} for n, h, p in broker.brokers()],
         "cluster_id": broker.cluster_id,
-        "controller_id": broker.node_id,
+        "controller_id": broker.controller_id,
         "topics": topics,
         "cluster_authorized_operations": _AUTHZ_OPS_UNSET,
     }

@@ -17,6 +17,7 @@ from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
 from ..topics.partition import LEADER_EPOCH
+from ._leadership import not_leader
 
 API_KEY = 23
 
@@ -39,6 +40,8 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             cle = int(getattr(p, "current_leader_epoch", -1))
             if plog is None:
                 entry["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif (elsewhere := not_leader(ctx, t.topic, idx)) is not None:
+                entry["error_code"] = elsewhere  # docs/cluster.md
             elif cle >= 0 and cle != LEADER_EPOCH:
                 entry["error_code"] = (
                     ErrorCode.UNKNOWN_LEADER_EPOCH if cle > LEADER_EPOCH else ErrorCode.FENCED_LEADER_EPOCH

@@ -38,6 +38,7 @@ from ..topics.log_validator import (
     validate_client_batch,
     validate_produce_records,
 )
+from ._leadership import LeaderHints, not_leader
 
 API_KEY = 0
 
@@ -128,6 +129,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
         blanket = ErrorCode.INVALID_REQUIRED_ACKS
 
     any_error = False
+    hints = LeaderHints(ctx)  # docs/cluster.md: partitions another node leads
     responses: list[dict[str, Any]] = []
     for tdata in request.topic_data:
         if by_id:
@@ -147,6 +149,13 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
                 parts.append(_error(idx, missing if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             assert topic is not None
+            elsewhere = not_leader(ctx, topic.name, idx)
+            if elsewhere is not None:
+                refused = _error(idx, elsewhere)
+                if version >= 10:
+                    refused["current_leader"] = hints.current_leader(topic.name, idx)
+                parts.append(refused)
+                continue
             data = pdata.records or b""
             try:
                 pos, size = validate_produce_records(version, data)
@@ -206,4 +215,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | None:
         if any_error:
             raise CloseConnection("error in a produce request with acks=0")
         return None
-    return {"responses": responses, "throttle_time": 0}
+    answer: dict[str, Any] = {"responses": responses, "throttle_time": 0}
+    if hints.nodes and version >= 10:
+        answer["node_endpoints"] = hints.node_endpoints()
+    return answer

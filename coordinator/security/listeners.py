@@ -34,6 +34,7 @@ class Listener:
     advertised_host: str | None = None  # None: the broker's default advertised host
     advertised_port: int | None = None  # None: the bound port
     bound_port: int = 0
+    node_id: int = -1  # the node it serves (docs/cluster.md); -1: the broker's own node.id
 
     @property
     def sasl(self) -> bool:
@@ -97,6 +98,42 @@ def parse_protocol_map(value: str) -> dict[str, str]:
 
 def _names(value: str | None) -> list[str]:
     return [v.strip().upper() for v in (value or "").split(",") if v.strip()]
+
+
+def per_node(listeners: list[Listener], nodes: list[int], advertised: str) -> list[Listener]:
+    """Each listener once per node (docs/cluster.md, "Listeners"): node i binds port + i (a free
+    port for port 0) and advertises its advertised port + i when one is set;
+    ``rallypoint.advertised.listeners`` (``host:port`` per node, in node order) sets each node's
+    advertised endpoint of the first listener."""
+    overrides: list[tuple[str, int]] = []
+    for item in (advertised or "").split(","):
+        if item.strip():
+            _name, host, port = split_endpoint(f"X://{item.strip()}")
+            overrides.append((host, port))
+    if overrides and len(overrides) != len(nodes):
+        raise ListenerError(
+            f"rallypoint.advertised.listeners lists {len(overrides)} endpoints for {len(nodes)} brokers"
+        )
+    out: list[Listener] = []
+    for i, node in enumerate(nodes):
+        for k, base in enumerate(listeners):
+            ad_host, ad_port = base.advertised_host, base.advertised_port
+            if ad_port:
+                ad_port += i
+            if k == 0 and overrides:
+                ad_host, ad_port = overrides[i]
+            out.append(
+                Listener(
+                    base.name,
+                    base.protocol,
+                    base.host,
+                    base.port + i if base.port else 0,
+                    ad_host,
+                    ad_port,
+                    node_id=node,
+                )
+            )
+    return out
 
 
 def from_config(values: Any) -> list[Listener]:

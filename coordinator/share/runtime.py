@@ -30,6 +30,7 @@ from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.records import BatchHeader, parse_header, split_batches
 
 from ..clock import Clock
+from ..cluster import Cluster
 from ..groups.consumer_runtime import RawOffsetsLog, StoreTopics
 from ..groups.persist import response_error
 from ..logger import get as get_logger
@@ -147,6 +148,7 @@ class ShareGroupsRuntime:
         self.offsets_log = offsets_log  # share-group records go to __consumer_offsets
         self.partition_for = partition_for  # Kafka's group -> __consumer_offsets partition hash
         self._tasks: set[asyncio.Task[ErrorCode | None]] = set()
+        self.cluster: Cluster | None = None  # several nodes: fetch only from partitions this one leads
 
     # ------------------------------------------------------------------ life cycle
 
@@ -365,6 +367,8 @@ class ShareGroupsRuntime:
         plog = topic.partition(p)
         if plog is None:
             return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if self.cluster is not None and not self.cluster.leads(topic.name, p):
+            return None, ErrorCode.NOT_LEADER_OR_FOLLOWER  # another node leads it (docs/cluster.md)
         return plog, ErrorCode.NONE
 
     def _read_committed(self, group: str) -> bool:
