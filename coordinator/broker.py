@@ -21,6 +21,7 @@ from .config import Config
 from .config_resources import ConfigResources
 from .groups.group_configs import GroupConfigStore
 from .logger import get as get_logger
+from .moves import Moves
 from .security.credentials import CredentialStore
 from .security.listeners import CURRENT_ENDPOINT
 
@@ -118,6 +119,7 @@ class Broker:
         self.node_id: int = config["node.id"]
         # the nodes this process serves and who leads what (docs/cluster.md)
         self.cluster = Cluster.of(self.node_id, config["rallypoint.brokers"])
+        self.moves = Moves(self)  # coordinator moves when leadership changes
         self.data_dir = data_dir(config)
         self.cluster_id = _load_or_make_cluster_id(self.data_dir, self.node_id)
         self.topics = topics

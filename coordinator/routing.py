@@ -34,6 +34,12 @@ def _group_node(broker: Broker, group_id: str) -> int | None:
     return broker.cluster.group_coordinator(partition_for(group_id, broker.groups.config.num_partitions))
 
 
+def _loading(broker: Broker, group_id: str) -> bool:
+    return bool(broker.moves.loading) and partition_for(group_id, broker.groups.config.num_partitions) in (
+        broker.moves.loading
+    )
+
+
 def _txn_node(broker: Broker, transactional_id: str) -> int | None:
     return broker.cluster.txn_coordinator(
         partition_for(transactional_id, broker.config["transaction.state.log.num.partitions"])
@@ -76,6 +82,10 @@ def _guard(api_key: int, handler: Handler) -> Handler:
         if top is not None:
             if node_of(broker, top) != here:
                 return _not_coordinator(ctx, request, None)
+            if is_group and _loading(broker, top):
+                # GroupCoordinatorService.heartbeat answers a loading group's Heartbeat NONE
+                code = ErrorCode.NONE if api_key == 12 else ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+                return _error(ctx, request, code, None)
             return await handler(ctx, request)
         foreign = frozenset(g for g in listed if node_of(broker, g) != here)
         if not foreign:
@@ -90,7 +100,11 @@ def _guard(api_key: int, handler: Handler) -> Handler:
 
 
 def _not_coordinator(ctx: RequestContext, request: Any, target: shapes.Target | None) -> Any:
-    return shapes.error_body(ctx.api_key, ctx.api_version, request, int(ErrorCode.NOT_COORDINATOR), target, _namer(ctx))
+    return _error(ctx, request, ErrorCode.NOT_COORDINATOR, target)
+
+
+def _error(ctx: RequestContext, request: Any, code: ErrorCode, target: shapes.Target | None) -> Any:
+    return shapes.error_body(ctx.api_key, ctx.api_version, request, int(code), target, _namer(ctx))
 
 
 async def _partial(ctx: RequestContext, request: Any, handler: Handler, target: shapes.Target) -> Any:

@@ -237,6 +237,7 @@ class Server:
         self._servers: list[asyncio.base_events.Server] = []
         self._conn_ids = itertools.count(1)
         self._connections: dict[int, tuple[asyncio.Task[None], asyncio.StreamWriter]] = {}
+        self._conn_node: dict[int, int] = {}  # connection -> the node whose listener took it
         self._per_ip: Counter[str] = Counter()
         self._busy: set[int] = set()
         self._closing = False
@@ -253,16 +254,7 @@ class Server:
             gc.freeze()
         try:
             for listener in self.listeners:
-                ssl_ctx = server_context(self.broker.config) if listener.tls else None
-                server = await asyncio.start_server(
-                    functools.partial(self._on_connect, listener),
-                    listener.host or None,
-                    listener.port,
-                    reuse_address=True,
-                    limit=_READ_AHEAD,
-                    ssl=ssl_ctx,
-                    ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if ssl_ctx is not None else None,
-                )
+                server = await self._listen(listener, listener.port)
                 self._servers.append(server)
                 listener.bound_port = server.sockets[0].getsockname()[1]
             self._server = self._servers[0]
@@ -295,6 +287,36 @@ class Server:
             cluster_id=self.broker.cluster_id,
             control=control,
         )
+
+    async def _listen(self, listener: Listener, port: int) -> asyncio.base_events.Server:
+        ssl_ctx = server_context(self.broker.config) if listener.tls else None
+        return await asyncio.start_server(
+            functools.partial(self._on_connect, listener),
+            listener.host or None,
+            port,
+            reuse_address=True,
+            limit=_READ_AHEAD,
+            ssl=ssl_ctx,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S if ssl_ctx is not None else None,
+        )
+
+    async def stop_node(self, node: int) -> None:
+        """One node of several stops (docs/cluster.md, "Moving things"): its listeners close
+        (connecting is refused) and its connections are closed."""
+        for i, listener in enumerate(self.listeners):
+            if listener.node_id == node:
+                self._servers[i].close()
+        for cid, (task, _writer) in list(self._connections.items()):
+            if self._conn_node.get(cid) == node:
+                task.cancel()
+        log.info("node stopped", node=node)
+
+    async def start_node(self, node: int) -> None:
+        """A stopped node listens again, on the ports it had."""
+        for i, listener in enumerate(self.listeners):
+            if listener.node_id == node and not self._servers[i].is_serving():
+                self._servers[i] = await self._listen(listener, listener.bound_port)
+        log.info("node started", node=node)
 
     def _advertised(self, listener: Listener) -> tuple[str, int]:
         return listener.advertised(self.broker.config.advertised_host)
@@ -362,6 +384,7 @@ class Server:
         task = asyncio.current_task()
         assert task is not None
         self._connections[cid] = (task, writer)
+        self._conn_node[cid] = listener.node_id
         self._per_ip[client_host] += 1
         # drain() waits while more than this many answer bytes wait for the peer.
         writer.transport.set_write_buffer_limits(high=self.max_queued_response_bytes)
@@ -390,6 +413,7 @@ class Server:
             log.exception("connection failed", connection=cid)
         finally:
             self._connections.pop(cid, None)
+            self._conn_node.pop(cid, None)
             self._per_ip[client_host] -= 1
             if self._per_ip[client_host] <= 0:
                 del self._per_ip[client_host]

@@ -104,6 +104,11 @@ class Api:
             ("GET", ("v1", "requests"), self.get_requests),
             ("DELETE", ("v1", "requests"), self.clear_requests),
             ("GET", ("v1", "events"), self.get_events),
+            ("GET", ("v1", "brokers"), self.list_brokers),
+            ("POST", ("v1", "brokers", "*", "stop"), self.stop_broker),
+            ("POST", ("v1", "brokers", "*", "start"), self.start_broker),
+            ("POST", ("v1", "partitions", "*", "*", "leader"), self.set_leader),
+            ("POST", ("v1", "groups", "*", "coordinator"), self.move_coordinator),
         ]
 
     # ------------------------------------------------------------------ dispatch
@@ -221,6 +226,98 @@ class Api:
             raise HttpError(404, f"no member {member_id!r} with a session in group {group_id!r}")
         return HttpResponse(
             200, {"group_id": group_id, "member_id": member_id, "group": await self.plane.groups.view(group_id)}
+        )
+
+    # ------------------------------------------------------------------ the cluster
+
+    def _cluster_view(self) -> dict[str, Any]:
+        b = self.plane.broker
+        c = b.cluster
+        return {
+            "brokers": [
+                {
+                    "node": n,
+                    "state": "running" if n in c.up else ("offline" if n in c.offline else "stopped"),
+                    "endpoints": {name: f"{h}:{p}" for name, (h, p) in c.endpoints.get(n, {}).items()},
+                }
+                for n in c.nodes
+            ],
+            "controller": b.controller_id,
+        }
+
+    def _node(self, segment: str, *, multi: bool = True) -> int:
+        node = _int_param(segment, "node")
+        c = self.plane.broker.cluster
+        if node not in c.nodes:
+            raise HttpError(404, f"no broker {node} (brokers: {c.nodes})")
+        if multi and c.single:
+            raise BadRequest("this rallypoint runs one broker: start it with --brokers N to move things")
+        return node
+
+    async def list_brokers(self, req: HttpRequest, args: list[str]) -> HttpResponse:
+        _params(req, frozenset())
+        return HttpResponse(200, self._cluster_view())
+
+    async def stop_broker(self, req: HttpRequest, args: list[str]) -> HttpResponse:
+        _params(req, frozenset())
+        body = _object(req.json(), frozenset({"offline"}))
+        offline = body.get("offline", False)
+        if not isinstance(offline, bool):
+            raise BadRequest("offline must be true or false")
+        node = self._node(args[0])
+        c = self.plane.broker.cluster
+        if node not in c.up:
+            raise HttpError(409, f"broker {node} is not running")
+        if len(c.up) == 1:
+            raise HttpError(409, f"broker {node} is the last one running")
+        moved = await self.plane.stop_node(node, offline)
+        return HttpResponse(200, {**self._cluster_view(), "coordinators_moved": moved})
+
+    async def start_broker(self, req: HttpRequest, args: list[str]) -> HttpResponse:
+        _params(req, frozenset())
+        _object(req.json(), frozenset())
+        node = self._node(args[0])
+        if node in self.plane.broker.cluster.up:
+            raise HttpError(409, f"broker {node} is running")
+        moved = await self.plane.start_node(node)
+        return HttpResponse(200, {**self._cluster_view(), "coordinators_moved": moved})
+
+    def _leader_target(self, req: HttpRequest) -> int:
+        _params(req, frozenset())
+        body = _object(req.json(), frozenset({"node"}), frozenset({"node"}))
+        node = _int_field(body, "node", 0, 2**31 - 1)
+        assert node is not None
+        c = self.plane.broker.cluster
+        if c.single:
+            raise BadRequest("this rallypoint runs one broker: start it with --brokers N to move things")
+        if node not in c.nodes:
+            raise BadRequest(f"no broker {node} (brokers: {c.nodes})")
+        if node not in c.up:
+            raise HttpError(409, f"broker {node} is not running")
+        return node
+
+    async def set_leader(self, req: HttpRequest, args: list[str]) -> HttpResponse:
+        node = self._leader_target(req)
+        topic_name, partition = args[0], _int_param(args[1], "partition")
+        topic = self.plane.broker.topics.get(topic_name)
+        if topic is None or not 0 <= partition < topic.num_partitions:
+            raise HttpError(404, f"no partition {topic_name}-{partition}")
+        moved = await self.plane.move_partition(topic_name, partition, node)
+        return HttpResponse(
+            200, {"topic": topic_name, "partition": partition, "leader": node, "coordinators_moved": moved}
+        )
+
+    async def move_coordinator(self, req: HttpRequest, args: list[str]) -> HttpResponse:
+        from rallypoint.protocol.offsets_schema import partition_for
+
+        from ..topics.store import OFFSETS_TOPIC
+
+        node = self._leader_target(req)
+        group_id = args[0]
+        partition = partition_for(group_id, self.plane.broker.groups.config.num_partitions)
+        moved = await self.plane.move_partition(OFFSETS_TOPIC, partition, node)
+        return HttpResponse(
+            200, {"group_id": group_id, "partition": partition, "coordinator": node, "coordinators_moved": moved}
         )
 
     # ------------------------------------------------------------------ faults

@@ -167,6 +167,7 @@ class ControlPlane:
                     perf_counter_ns() - t0,
                     None,
                     True,
+                    ctx.node_id,
                 )
             )
         return response
@@ -186,6 +187,7 @@ class ControlPlane:
                 perf_counter_ns() - t0,
                 fault,
                 answered,
+                ctx.node_id,
             )
 
     async def _faulted(self, ctx: RequestContext, request: Any, handler: Handler, hit: Hit) -> Response:
@@ -298,6 +300,31 @@ class ControlPlane:
         if share is not None:
             share.poke()  # share-member sessions and acquisition locks now due fire at once
         return adv.now_ms()
+
+    # ------------------------------------------------------------------ the cluster (docs/cluster.md)
+
+    def _server_nodes(self) -> Any:
+        server = self.server
+        if server is None or not hasattr(server, "stop_node"):
+            raise RuntimeError("no Kafka server to stop or start nodes of")
+        return server
+
+    async def move_partition(self, topic: str, partition: int, node: int) -> list[dict[str, object]]:
+        return await self.broker.moves.move_partition(topic, partition, node)
+
+    async def stop_node(self, node: int, offline: bool) -> list[dict[str, object]]:
+        server = self._server_nodes()
+        before = self.broker.moves.coordinators()
+        self.broker.cluster.stop(node, offline)
+        await server.stop_node(node)
+        return await self.broker.moves.settle(before)
+
+    async def start_node(self, node: int) -> list[dict[str, object]]:
+        server = self._server_nodes()
+        before = self.broker.moves.coordinators()
+        await server.start_node(node)
+        self.broker.cluster.start(node)
+        return await self.broker.moves.settle(before)
 
     def expire_member(self, group_id: str, member_id: str) -> bool:
         share = getattr(self.broker, "share_groups", None)

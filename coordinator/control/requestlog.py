@@ -17,8 +17,8 @@ from rallypoint.protocol.errors import ErrorCode
 from .faults import api_name
 
 # (seq, start perf_counter_ns, clock skew ms, connection, client_id, client_host, api_key, version,
-#  correlation_id, errors, latency ns, fault id or None, answered)
-Entry = tuple[int, int, int, int, "str | None", str, int, int, int, tuple[int, ...], int, "int | None", bool]
+#  correlation_id, errors, latency ns, fault id or None, answered, node)
+Entry = tuple[int, int, int, int, "str | None", str, int, int, int, tuple[int, ...], int, "int | None", bool, int]
 
 
 def _error_name(code: int) -> str:
@@ -61,6 +61,7 @@ class RequestLog:
         latency_ns: int,
         fault: int | None = None,
         answered: bool = True,
+        node: int | None = None,
     ) -> None:
         seq = self.last_seq = self.last_seq + 1
         self.ring.append(
@@ -78,6 +79,7 @@ class RequestLog:
                 latency_ns,
                 fault,
                 answered,
+                self.node_id if node is None else node,
             )
         )
 
@@ -90,11 +92,11 @@ class RequestLog:
     def query(
         self, since: int = 0, api_key: int | None = None, client_id: str | None = None, node: int | None = None
     ) -> list[dict[str, Any]]:
-        if node is not None and node != self.node_id:
-            return []
         out = []
         for e in self.ring:
             if e[0] <= since:
+                continue
+            if node is not None and e[13] != node:
                 continue
             if api_key is not None and e[6] != api_key:
                 continue
@@ -104,11 +106,26 @@ class RequestLog:
         return out
 
     def to_json(self, e: Entry) -> dict[str, Any]:
-        seq, start_ns, skew, connection, client_id, host, api_key, version, corr, errors, latency, fault, answered = e
+        (
+            seq,
+            start_ns,
+            skew,
+            connection,
+            client_id,
+            host,
+            api_key,
+            version,
+            corr,
+            errors,
+            latency,
+            fault,
+            answered,
+            node,
+        ) = e
         return {
             "seq": seq,
             "time_ms": (self._wall0_ns + start_ns - self._perf0_ns) // 1_000_000 + skew,
-            "node": self.node_id,
+            "node": node,
             "connection": connection,
             "client_id": client_id,
             "client_host": host,

@@ -1515,6 +1515,28 @@ class ConsumerGroupMachine:
             self._write(op, PartitionMetadataKey(gid), None)
         self._write(op, GroupMetadataKey(gid), None)
 
+    def unload_partition(self, partition: int, now_ms: int) -> list[ConsumerEffect]:
+        """The ``__consumer_offsets`` partition's coordinator moved (docs/cluster.md, "Moving a
+        coordinator"): its groups leave memory with their timers; a request still waiting for a
+        write of one gets NOT_COORDINATOR.  :meth:`load` brings them back from the log."""
+        self._begin(now_ms)
+        for gid in [g for g, grp in self.groups.items() if grp.partition == partition]:
+            group = self.groups.pop(gid)
+            for pid in self._pending_by_group.pop(gid, []):
+                w = self._pending.pop(pid, None)
+                if w is not None and not w.failed:
+                    w.failed = True
+                    w.on_done(ErrorCode.NOT_COORDINATOR)
+            for mid in group.members:
+                for kind in ("session", "rebalance", "join", "sync"):
+                    key = _timer(kind, gid, mid)
+                    self._join_armed.discard(key)
+                    self._cancel(key)
+                self._rebalance_armed.pop((gid, mid), None)
+            self._states.pop(gid, None)
+            self._note("consumer_group.unloaded", group=gid, partition=partition, epoch=group.epoch)
+        return self._end()
+
     def shutdown(self, now_ms: int) -> list[ConsumerEffect]:
         """Answer every request still waiting for a write with NOT_COORDINATOR."""
         self._begin(now_ms)

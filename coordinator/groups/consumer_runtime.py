@@ -171,6 +171,10 @@ class ConsumerGroupsRuntime:
                     log.warning("consumer_group.undecodable_record", partition=partition, error=str(e))
         self._apply(self.machine.load(partition, decoded, self.clock.now_ms()))
 
+    def unload_partition(self, partition: int) -> None:
+        """The partition's coordinator moved away (docs/cluster.md, "Moving a coordinator")."""
+        self._apply(self.machine.unload_partition(partition, self.clock.now_ms()))
+
     # ----------------------------------------------------------------------- requests
 
     async def heartbeat(self, req: ConsumerHeartbeat) -> ConsumerHeartbeatResult:

@@ -478,6 +478,22 @@ class GroupCoordinator:
 
         return self._run(now_ms, "shutdown", body)
 
+    def unload_partition(self, partition: int, now_ms: int) -> list[Effect]:
+        """The ``__consumer_offsets`` partition's coordinator moved (docs/cluster.md, "Moving a
+        coordinator"): as Kafka's ``onUnloaded``, each of its groups goes Dead and leaves memory,
+        parked JoinGroups and SyncGroups get NOT_COORDINATOR; the partition then counts as
+        loading until :meth:`load` installs what the log replays."""
+
+        def body() -> None:
+            self.ctx.loading.add(partition)
+            for group in [g for g in self.registry.groups.values() if g.partition == partition]:
+                self.registry.unload(group, E.NOT_COORDINATOR, "coordinator moved")
+            for gid in [g for g in self.ctx.timeline.group_ids() if self.ctx.partition_for(g) == partition]:
+                self.ctx.timeline.forget(gid)
+            self.offsets.forget_partition(partition)
+
+        return self._run(now_ms, "unload", body)
+
     def load_pending(
         self, partition: int, pending: Mapping[int, Mapping[OffsetCommitKey, OffsetCommitValue]], now_ms: int
     ) -> list[Effect]:

@@ -339,6 +339,16 @@ class OffsetsManager(Generic[G]):
             topics.append(OffsetFetchTopic(name, tuple(out)))
         return OffsetFetchGroupResult(req.group_id, E.NONE, tuple(topics))
 
+    def forget_partition(self, partition: int) -> None:
+        """Pending transactional offsets of the groups of a partition that moved away (the log
+        hands them over again when it is loaded)."""
+        for pid in list(self.txn_pending):
+            by_group = self.txn_pending[pid]
+            for gid in [g for g in by_group if self.ctx.partition_for(g) == partition]:
+                del by_group[gid]
+            if not by_group:
+                del self.txn_pending[pid]
+
     def shutdown(self) -> None:
         """Waiting RequireStable fetches are answered now (the coordinator is inactive)."""
         for waiter in self._stable_fetches:

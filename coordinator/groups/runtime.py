@@ -161,6 +161,10 @@ class GroupsRuntime:
         contract of ``rallypoint.storage.OffsetsLog``)."""
         self._guarded("load", lambda: self.machine.load(partition, groups, offsets, self.clock.now_ms()))
 
+    def unload_partition(self, partition: int) -> None:
+        """The partition's coordinator moved away (docs/cluster.md, "Moving a coordinator")."""
+        self._guarded("unload", lambda: self.machine.unload_partition(partition, self.clock.now_ms()))
+
     def load_pending(self, partition: int, pending: Mapping[int, Mapping[OffsetCommitKey, OffsetCommitValue]]) -> None:
         """The offsets log's ``pending_loader``: transactional offsets still waiting for a marker."""
         self._guarded("load_pending", lambda: self.machine.load_pending(partition, pending, self.clock.now_ms()))

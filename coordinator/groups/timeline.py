@@ -123,6 +123,15 @@ class Timeline:
         if not by_tp:
             del self._offsets[group_id]
 
+    def group_ids(self) -> list[str]:
+        """Every group with a record or offsets here."""
+        return list(dict.fromkeys([*self._groups, *self._offsets]))
+
+    def forget(self, group_id: str) -> None:
+        """The group left this coordinator (its partition moved): nothing of it stays."""
+        self._groups.pop(group_id, None)
+        self._offsets.pop(group_id, None)
+
     def clear(self) -> None:
         self._offsets.clear()
         self._groups.clear()

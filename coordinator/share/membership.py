@@ -225,6 +225,16 @@ class ShareGroupMachine:
     def all(self) -> Iterable[ShareGroup]:
         return self.groups.values()
 
+    def unload(self, group_ids: Iterable[str]) -> list[tuple[str, str]]:
+        """Groups whose coordinator moved leave memory; their (group, member) session timers
+        are returned for the runtime to cancel."""
+        out: list[tuple[str, str]] = []
+        for gid in group_ids:
+            g = self.groups.pop(gid, None)
+            if g is not None:
+                out.extend((gid, mid) for mid in g.members)
+        return out
+
     def list_groups(self, states: Iterable[str], types: Iterable[str]) -> list[ListedGroup]:
         """Share groups for ListGroups: protocol type ``share``, type ``share``."""
         st = {s.strip().lower() for s in states}

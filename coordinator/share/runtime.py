@@ -234,6 +234,17 @@ class ShareGroupsRuntime:
             timeout = int(self.group_setting(gid, "share.session.timeout.ms"))
             self._arm_member((gid, mid), deadline_of + timeout)
 
+    def unload_partition(self, partition: int) -> None:
+        """The ``__consumer_offsets`` partition's coordinator moved (docs/cluster.md, "Moving a
+        coordinator"): its share groups leave memory; :meth:`load_raw` brings them back.  The
+        share-partition record states are not group coordinator state and stay."""
+        gone = [g for g in self.machine.groups if self.partition_for(g) == partition]
+        for key in self.machine.unload(gone):
+            self._member_deadlines.pop(key, None)
+            h = self._member_timers.pop(key, None)
+            if h is not None:
+                h.cancel()
+
     async def delete_group(self, group_id: str) -> ErrorCode:
         """DeleteGroups of a share group: only an Empty one; its records and share-partition
         state go too."""

@@ -56,12 +56,16 @@ from .cleaner import CleanerStopped, CleanResult, clean_partition
 from .dirlock import lock_exclusive
 from .errors import OffsetsLogStartError, PersistError
 from .loader import PartitionState
-from .recovery import check_partition_dirs, plan_moves, replay_partition
+from .recovery import PartitionReplay, check_partition_dirs, plan_moves, replay_partition
 from .segments import Segment, fsync_dir, partition_dir, segment_name
 
 log = get_logger("rallypoint.offsets_log")
 
 _fdatasync: Callable[[int], None] = getattr(os, "fdatasync", os.fsync)
+
+
+def _replay_live(pdir: Path, partition: int) -> PartitionReplay:
+    return replay_partition(pdir, partition, repair=False)
 
 
 def _write(fd: int, data: memoryview) -> int:
@@ -114,6 +118,7 @@ class _Partition:
         self.task: asyncio.Task[None] | None = None
         self.failed: str | None = None
         self.unsynced = False
+        self.writing = False  # a round is being written (reload waits for it)
         # cleaner bookkeeping
         self.dirty_closed_bytes = 0
         self.next_tombstone_expiry: int | None = None
@@ -259,12 +264,7 @@ class OffsetsLog:
         states = {rp.partition: rp.state for rp in replays}
         await self._move_misplaced_groups(states)
         for rp in replays:
-            if self.loader is not None:
-                self.loader(rp.partition, rp.state.groups, rp.state.offsets)
-            if self.consumer_loader is not None:
-                self.consumer_loader(rp.partition, rp.state.consumer_records)
-            if self.pending_loader is not None and rp.state.pending:
-                self.pending_loader(rp.partition, rp.state.pending)
+            self.hand_over(rp.partition, rp.state)
         if self.flush == "interval":
             self._tasks.append(asyncio.create_task(self._flusher(), name="offsets-flusher"))
         self._cleaner_wake = asyncio.Event()
@@ -488,6 +488,7 @@ class OffsetsLog:
                 plan.append((nxt, p.entries, p.timestamp, p.producer, p.marker))
                 nxt += 1 if p.marker is not None else len(p.entries)
             sync = self.flush == "always"
+            part.writing = True
             try:
                 if sync:
                     await loop.run_in_executor(self._io, self._write_round, part, plan, sync)
@@ -499,6 +500,8 @@ class OffsetsLog:
                 log.error("offsets_log.append_failed", partition=part.index, error=repr(e))
                 self._fail(taken, PersistError(f"append to __consumer_offsets-{part.index} failed: {e}"))
                 continue
+            finally:
+                part.writing = False
             part.next_offset = nxt
             self.appends += len(taken)
             self.rounds += 1
@@ -699,6 +702,36 @@ class OffsetsLog:
             return res
 
     # ------------------------------------------------------------------ introspection
+
+    def hand_over(self, partition: int, state: PartitionState) -> None:
+        """Give one partition's replayed state to its loaders (groups and offsets, consumer- and
+        share-group records, pending transactional offsets)."""
+        if self.loader is not None:
+            self.loader(partition, state.groups, state.offsets)
+        if self.consumer_loader is not None:
+            self.consumer_loader(partition, state.consumer_records)
+        if self.pending_loader is not None and state.pending:
+            self.pending_loader(partition, state.pending)
+
+    async def drain(self, partition: int, timeout_s: float = 30.0) -> None:
+        """Wait until every batch queued for ``partition`` is written (a coordinator move
+        replays the partition after this, docs/cluster.md)."""
+        part = self._parts[partition]
+        deadline = time.monotonic() + timeout_s
+        while (part.queue or part.writing) and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+
+    async def replay(self, partition: int) -> PartitionState:
+        """Read ``partition`` back as start-up does (no repair: it is live), for a coordinator
+        that takes it over (docs/cluster.md, "Moving a coordinator")."""
+        assert self._io is not None
+        pdir = self._parts[partition].dir
+        if self._clean_lock is None:
+            rp = await asyncio.get_running_loop().run_in_executor(self._io, _replay_live, pdir, partition)
+        else:
+            async with self._clean_lock:  # no segment swap while it is read
+                rp = await asyncio.get_running_loop().run_in_executor(self._io, _replay_live, pdir, partition)
+        return rp.state
 
     def next_offset(self, partition: int) -> int:
         return self._parts[partition].next_offset
