@@ -4,7 +4,6 @@ offline nodes, endpoints."""
 from __future__ import annotations
 
 import pytest
-
 from rallypoint.cluster import CURRENT_LISTENER, CURRENT_NODE, Cluster
 from rallypoint.security.listeners import Listener, ListenerError, per_node
 
