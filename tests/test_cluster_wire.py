@@ -152,3 +152,20 @@ def test_advertised_listeners_per_node(broker_factory: Callable[..., BrokerProce
         (2, "n2.test", 9193),
         (3, "n3.test", 9194),
     ]
+
+
+def test_fault_rules_and_the_request_log_by_node(broker_factory: Callable[..., BrokerProcess]) -> None:
+    from tests.control_support import Control, control_url
+
+    b = broker_factory(config={"rallypoint.brokers": "3"}, extra_args=["--control-port", "0"])
+    control = Control(control_url(b))
+    node_ports = ports(b)
+    control.fault(api="ApiVersions", error="BROKER_NOT_AVAILABLE", node=2, count=None)
+    body = {"client_software_name": "t", "client_software_version": "1"}
+    for node in (1, 2, 3):
+        with WireClient(b.host, node_ports[node]) as c:
+            code = int(c.call(18, 3, body).error_code)
+            assert code == (E.BROKER_NOT_AVAILABLE if node == 2 else 0), node
+    assert {e["node"] for e in control.requests(api="ApiVersions")} == {1, 2, 3}
+    [only] = control.requests(api="ApiVersions", node="2")
+    assert only["errors"] == ["BROKER_NOT_AVAILABLE"]

@@ -310,8 +310,12 @@ class FaultTable:
     def _recount(self) -> None:
         self.live = sum(1 for r in self.rules.values() if r.live)
 
-    def match(self, api_key: int, version: int, client_id: str | None, request: Any) -> Hit | None:
-        """The rule that applies to this request, if any (its hit is counted here)."""
+    def match(
+        self, api_key: int, version: int, client_id: str | None, request: Any, node: int | None = None
+    ) -> Hit | None:
+        """The rule that applies to this request, if any (its hit is counted here); ``node``:
+        the node whose listener took it (docs/cluster.md), default this broker's."""
+        node_id = self.node_id if node is None or node < 0 else node
         for rule in self.rules.values():
             if rule.api_key != api_key or not rule.live:
                 continue
@@ -319,7 +323,7 @@ class FaultTable:
                 continue
             if rule.client_id is not None and rule.client_id != client_id:
                 continue
-            if rule.node is not None and rule.node != self.node_id:
+            if rule.node is not None and rule.node != node_id:
                 continue
             target = self._target(rule, api_key, request)
             if isinstance(target, _NoMatch):

@@ -117,7 +117,7 @@ class ControlPlane:
 
     def handle(self, ctx: RequestContext, request: Any, handler: Handler) -> Any:
         if self.faults.live:
-            hit = self.faults.match(ctx.api_key, ctx.api_version, ctx.client_id, request)
+            hit = self.faults.match(ctx.api_key, ctx.api_version, ctx.client_id, request, ctx.node_id)
             if hit is not None:
                 return self._faulted(ctx, request, handler, hit)
         if self._log_on or ctx.api_key == JOIN_GROUP_KEY:
