@@ -158,3 +158,39 @@ def test_groups_with_coordinators_on_every_node_consume_and_commit(
             time.sleep(0.3)
             got = committed(cluster, group, topic)
         assert got == expected, (name, group, got)
+
+
+def test_a_transaction_whose_coordinators_are_on_other_nodes_commits(cluster: BrokerProcess) -> None:
+    """A transactional producer whose transaction coordinator is node 2 sends offsets of a group
+    coordinated by node 3 and writes to partitions led by every node; read_committed sees it."""
+    topic = f"tx-{uuid.uuid4().hex[:8]}"
+    create_topic(cluster, topic, 3)
+    txn_id = next(f"tx-{i}" for i in range(1000) if partition_for(f"tx-{i}", 50) % 3 == 1)  # node 2
+    group = group_on(3, "txg")
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id})
+    p.init_transactions(20)
+    p.begin_transaction()
+    for i in range(30):
+        p.produce(topic, value=b"t%d" % i, partition=i % 3)
+    member = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    meta = member.consumer_group_metadata()
+    member.close()
+    p.send_offsets_to_transaction([ck.TopicPartition(topic, 0, 5)], meta, 20)
+    p.commit_transaction(20)
+    c = ck.Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": f"rc-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    c.subscribe([topic])
+    n, deadline = 0, time.monotonic() + 30
+    while n < 30 and time.monotonic() < deadline:
+        m = c.poll(0.3)
+        if m is not None and m.error() is None:
+            n += 1
+    c.close()
+    assert n == 30
+    assert committed(cluster, group, topic)[0] == 5
