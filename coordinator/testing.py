@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,29 @@ class Fault:
         return f"Fault({self.rule!r})"
 
 
+def _consecutive_free_ports(host: str, n: int) -> int:
+    """A port p with p .. p+n-1 free to bind on ``host`` now."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            base = int(probe.getsockname()[1])
+        if base + n > 65535:
+            continue
+        socks: list[socket.socket] = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((host, base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RallypointError(f"found no {n} consecutive free ports")
+
+
 class Rallypoint:
     """One rallypoint broker for a test: ``bootstrap`` for clients, ``control_url`` and the
     methods below for steering it.  Use it as a context manager (or call start/stop)."""
@@ -121,10 +145,11 @@ class Rallypoint:
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
-        if brokers != 1:
-            raise ValueError(f"brokers={brokers}: one broker per Rallypoint is supported so far")
+        if not 1 <= brokers <= 64:
+            raise ValueError(f"brokers must be in [1, 64], not {brokers}")
+        self.brokers = brokers  # nodes in the process (docs/cluster.md); node 1 is ``bootstrap``
         self.config = {str(k): _config_value(v) for k, v in (config or {}).items()}
-        for key in ("port", "host", "data.dir", "rallypoint.control.port"):
+        for key in ("port", "host", "data.dir", "rallypoint.control.port", "rallypoint.brokers"):
             if key in self.config:
                 raise ValueError(f"{key!r} is chosen by Rallypoint (free ports, a temporary data dir)")
         self.mode: Mode = mode
@@ -204,10 +229,15 @@ class Rallypoint:
         self.close()
 
     def _settings(self) -> dict[str, str]:
+        port = self.port
+        if not port and self.brokers > 1:
+            # node i listens on port + i: take a run of free ports, so a restart gets them back
+            port = _consecutive_free_ports(self.host, self.brokers)
         return {
             **self.config,
+            "rallypoint.brokers": str(self.brokers),
             "host": self.host,
-            "port": str(self.port),  # 0 the first time: any free port
+            "port": str(port),  # 0 the first time: any free port
             "data.dir": str(self.data_dir),
             "rallypoint.control.port": self.control_url.rsplit(":", 1)[-1] if self.control_url else "0",
         }
@@ -286,15 +316,43 @@ class Rallypoint:
         return self._call("POST", "/v1/clock/advance", {"ms": ms})  # type: ignore[no-any-return]
 
     def requests(
-        self, *, api: str | int | None = None, since: int | None = None, client_id: str | None = None
+        self,
+        *,
+        api: str | int | None = None,
+        since: int | None = None,
+        client_id: str | None = None,
+        node: int | None = None,
     ) -> list[dict[str, Any]]:
         """What clients sent, oldest first (the request log), optionally filtered."""
-        query = {k: str(v) for k, v in (("api", api), ("since", since), ("client_id", client_id)) if v is not None}
+        pairs = (("api", api), ("since", since), ("client_id", client_id), ("node", node))
+        query = {k: str(v) for k, v in pairs if v is not None}
         path = "/v1/requests" + ("?" + urllib.parse.urlencode(query) if query else "")
         return self._call("GET", path)["requests"]  # type: ignore[no-any-return]
 
     def clear_requests(self) -> int:
         return int(self._call("DELETE", "/v1/requests")["cleared"])
+
+    # several brokers (docs/cluster.md, "Moving things")
+
+    def cluster(self) -> dict[str, Any]:
+        """Every node with its state and endpoints, and the controller."""
+        return self._call("GET", "/v1/brokers")  # type: ignore[no-any-return]
+
+    def stop_broker(self, node: int, *, offline: bool = False) -> dict[str, Any]:
+        """Stop one node: its partitions move to running nodes (``offline``: stay leaderless)."""
+        return self._call("POST", f"/v1/brokers/{node}/stop", {"offline": offline})  # type: ignore[no-any-return]
+
+    def start_broker(self, node: int) -> dict[str, Any]:
+        return self._call("POST", f"/v1/brokers/{node}/start", {})  # type: ignore[no-any-return]
+
+    def move_leader(self, topic: str, partition: int, node: int) -> dict[str, Any]:
+        """Make ``node`` the leader of a partition (of ``__consumer_offsets`` too)."""
+        path = f"/v1/partitions/{_segment(topic)}/{partition}/leader"
+        return self._call("POST", path, {"node": node})  # type: ignore[no-any-return]
+
+    def move_coordinator(self, group: str, node: int) -> dict[str, Any]:
+        """Move the group's ``__consumer_offsets`` partition — and every group on it — to ``node``."""
+        return self._call("POST", f"/v1/groups/{_segment(group)}/coordinator", {"node": node})  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------------ HTTP
 

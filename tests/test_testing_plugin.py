@@ -102,7 +102,9 @@ def test_bad_arguments_are_refused_before_anything_starts() -> None:
     with pytest.raises(ValueError, match="mode"):
         Rallypoint(mode="docker")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="brokers"):
-        Rallypoint(brokers=3)
+        Rallypoint(brokers=0)
+    with pytest.raises(ValueError, match="rallypoint.brokers"):
+        Rallypoint({"rallypoint.brokers": "3"})
     with pytest.raises(ValueError, match="port"):
         Rallypoint({"port": "9092"})
     rp = Rallypoint({"no.such.setting": "1"})
@@ -231,3 +233,24 @@ def test_the_plugin_works_from_a_fresh_install_in_another_project(tmp_path: Path
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "1 passed" in proc.stdout
+
+
+@pytest.mark.parametrize("mode", ["inprocess", "subprocess"])
+def test_several_brokers_move_and_restart_on_the_same_ports(mode: str) -> None:
+    """``Rallypoint(brokers=3)``: three nodes on consecutive ports, leadership steered through
+    the methods, the same ports after a restart (docs/cluster.md)."""
+    with Rallypoint(brokers=3, mode=mode) as rp:  # type: ignore[arg-type]
+        nodes = rp.cluster()["brokers"]
+        ports = [int(n["endpoints"]["PLAINTEXT"].rpartition(":")[2]) for n in nodes]
+        assert ports == [rp.port, rp.port + 1, rp.port + 2]
+        with WireClient("127.0.0.1", rp.port) as w:
+            w.call(19, 5, {"topics": [{"name": "m", "num_partitions": 1, "replication_factor": 1}], "timeout": 5000})
+        assert rp.move_leader("m", 0, 3)["leader"] == 3
+        moved = rp.move_coordinator("some-group", 2)
+        assert moved["coordinator"] == 2
+        stopped = rp.stop_broker(3)
+        assert [n["state"] for n in stopped["brokers"]] == ["running", "running", "stopped"]
+        assert [n["state"] for n in rp.start_broker(3)["brokers"]] == ["running"] * 3
+        rp.restart()
+        again = [int(n["endpoints"]["PLAINTEXT"].rpartition(":")[2]) for n in rp.cluster()["brokers"]]
+        assert again == ports
