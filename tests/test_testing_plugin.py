@@ -103,7 +103,7 @@ def test_bad_arguments_are_refused_before_anything_starts() -> None:
         Rallypoint(mode="docker")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="brokers"):
         Rallypoint(brokers=0)
-    with pytest.raises(ValueError, match="rallypoint.brokers"):
+    with pytest.raises(ValueError, match=r"rallypoint\.brokers"):
         Rallypoint({"rallypoint.brokers": "3"})
     with pytest.raises(ValueError, match="port"):
         Rallypoint({"port": "9092"})
