@@ -35,6 +35,7 @@ SECTIONS: list[tuple[str, str]] = [
     ("Start-up", "bench.startup"),
     ("Rebalance time", "bench.rebalance"),
     ("Consumer groups (KIP-848)", "bench.consumer_groups"),
+    ("Share groups (KIP-932)", "bench.share_groups"),
     ("Transactions", "bench.transactions"),
     ("Memory per member", "bench.memory"),
     ("Offsets log", "bench.offsets_log"),
