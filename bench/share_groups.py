@@ -15,9 +15,14 @@ librdkafka's mock cluster in the same run (docs/share-groups.md).
    than one share heartbeat interval, 5 s on both brokers, so the members that joined first
    have taken the assignment computed after the last join) and every share partition has been
    fetched once on an empty log, which starts it at offset 0.
-3. N records are produced round-robin over the 4 partitions while nobody polls (librdkafka's
-   share consumer sends ShareFetch only from inside ``poll``, so nothing is acquired early).
-   The producer stays open until the run ends (see "The mock" below).
+3. N records are produced round-robin over the 4 partitions while nobody polls.  The producer
+   stays open until the run ends (see "The mock" below).  Not quite nothing is acquired
+   meanwhile: once a poll has asked for records, librdkafka sends ShareFetch again in the
+   background each time one comes back empty, until one returns records; so up to one batch
+   per consumer (``max.poll.records``, 500) can be acquired during the filling and handed out
+   by the first poll after the clock starts (seen with rallypoint, which answers that held
+   fetch as soon as records arrive) — at most 0.5 % of N = 100,000 with one consumer and 2 %
+   with four, within the runs' spread.
 4. The clock starts.  Each consumer polls in its own thread and counts the (partition, offset)
    pairs ``poll`` returned.  When N distinct records have been delivered, every consumer calls
    ``commit_sync`` (implicit mode: that accepts its last batch; each earlier batch was accepted
@@ -50,8 +55,9 @@ librdkafka instances) would contend with the broker for the second core and make
 figure depend on the scheduler more than on the broker.  Each consumer is created, used and
 closed by its own thread (they are not thread-safe).
 
-The mock, as found while writing this (librdkafka 2.16.0's rdkafka_mock_handlers.c and
-rdkafka_mock_sharegrp.c):
+The mock, as found while writing this (librdkafka's rdkafka_mock_handlers.c and
+rdkafka_mock_sharegrp.c as of the commits leading to 2.16; the behaviour was checked against the
+librdkafka 2.16.0 that confluent-kafka 2.16.1 bundles):
 
 - Its acquisition looks up every offset's state in a linked list of all records ever acquired
   in the partition for the group (states are never freed once the start offset moves past
@@ -64,9 +70,10 @@ rdkafka_mock_sharegrp.c):
   row repeats the 1-consumer run with a shorter log; the ratio depends on N.
 - When any client connection to a mock broker closes, it closes every share session on that
   broker (``rd_kafka_mock_sharegrps_node_connection_closed``), releasing all acquired records
-  of every member; destroying a producer in the middle of a run made the consumer's next
-  acknowledgement fail with SHARE_SESSION_NOT_FOUND.  Kafka closes only the sessions of the
-  connection that closed.
+  of every member: destroying an unrelated producer while a consumer held records made that
+  consumer's acknowledgement fail with SHARE_SESSION_NOT_FOUND and its records be delivered
+  again (delivery count 2).  Kafka closes only the sessions of the connection that closed, and
+  so does rallypoint.
 - Assignments differ: the mock gives each of 4 members one partition; rallypoint runs Kafka's
   ``simple`` assignor (the first member keeps the 4 partitions it got alone, the others are
   hashed onto one each, so partitions are shared by several members).
