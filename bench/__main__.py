@@ -35,6 +35,7 @@ SECTIONS: list[tuple[str, str]] = [
     ("Start-up", "bench.startup"),
     ("Rebalance time", "bench.rebalance"),
     ("Consumer groups (KIP-848)", "bench.consumer_groups"),
+    ("Share groups (KIP-932)", "bench.share_groups"),
     ("Several brokers: coordinator moves", "bench.cluster"),
     ("Transactions", "bench.transactions"),
     ("Memory per member", "bench.memory"),
