@@ -34,6 +34,7 @@ from ..cluster import Cluster
 from ..groups.consumer_runtime import RawOffsetsLog, StoreTopics
 from ..groups.persist import response_error
 from ..logger import get as get_logger
+from ..slicing import Slicer
 from ..storage.errors import PersistError
 from ..topics.partition import OffsetOutOfRange, PartitionLog
 from .membership import Change, SessionTimer, ShareGroupMachine, ShareHeartbeat, ShareHeartbeatResult
@@ -475,15 +476,19 @@ class ShareGroupsRuntime:
 
     # ------------------------------------------------------------------ acknowledgements
 
-    def _acknowledge(
+    async def _acknowledge(
         self,
         group: str,
         member: str,
         acks: Mapping[TopicIdPartition, Sequence[AckBatch]],
         answer: ShareAnswer,
     ) -> list[asyncio.Future[None]]:
+        """Apply each partition's acknowledgements (each partition's atomic; the work per
+        partition is bounded by its window, and other connections run between partitions)."""
         writes: list[asyncio.Future[None]] = []
+        slicer = Slicer()
         for (tid, p), batches in acks.items():
+            await slicer.tick()
             pa = answer.partitions.setdefault((tid, p), PartitionAnswer())
             problem = ack_batches_error(batches)
             if problem is not None:
@@ -543,7 +548,7 @@ class ShareGroupsRuntime:
         except SessionError as e:
             answer.error, answer.error_message = e.code, str(e)
             return answer
-        writes = self._acknowledge(group, member, acks, answer)
+        writes = await self._acknowledge(group, member, acks, answer)
         if epoch == FINAL_EPOCH:
             released = self._release_member(key, session.partitions)
             log.info("share_session.closed", group=group, member=member, reason="final epoch", released=released)
@@ -588,7 +593,7 @@ class ShareGroupsRuntime:
         except SessionError as e:
             answer.error, answer.error_message = e.code, str(e)
             return answer
-        writes = self._acknowledge(group, member, acks, answer)
+        writes = await self._acknowledge(group, member, acks, answer)
         if epoch == FINAL_EPOCH:
             released = self._release_member(key, session.partitions)
             log.info("share_session.closed", group=group, member=member, reason="final epoch", released=released)
@@ -596,7 +601,7 @@ class ShareGroupsRuntime:
             return answer
         targets = list(session.partitions)
         budget = [max(1, max_bytes), max(1, max_records)]
-        got = self._acquire_all(group, member, targets, answer, budget)
+        got = await self._acquire_all(group, member, targets, answer, budget)
         if not got and max_wait_ms > 0 and not self._closing:
             got = await self._wait_and_acquire(group, member, targets, answer, budget, max_wait_ms)
         await self._written(writes, answer)
@@ -634,7 +639,7 @@ class ShareGroupsRuntime:
                         await ev.wait()
                 except TimeoutError:
                     return False
-                if self._acquire_all(group, member, targets, answer, budget):
+                if await self._acquire_all(group, member, targets, answer, budget):
                     return True
             return False
         finally:
@@ -647,7 +652,7 @@ class ShareGroupsRuntime:
                     if not evs:
                         del self._waiters[skey]
 
-    def _acquire_all(
+    async def _acquire_all(
         self,
         group: str,
         member: str,
@@ -655,11 +660,16 @@ class ShareGroupsRuntime:
         answer: ShareAnswer,
         budget: list[int],
     ) -> bool:
+        """Acquire from each partition in turn (one partition's acquisition is atomic; other
+        connections are served between partitions when the request is long, docs/reliability.md,
+        "Limits")."""
         got = False
-        now = self.clock.now_ms()
         lock_ms = self.lock_ms(group)
         read_committed = self._read_committed(group)
+        slicer = Slicer()
         for tid, p in targets:
+            await slicer.tick()
+            now = self.clock.now_ms()
             if budget[0] <= 0 or budget[1] <= 0:
                 break
             plog, err = self._log(tid, p)
