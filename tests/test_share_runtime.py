@@ -118,3 +118,46 @@ def test_read_committed_never_delivers_aborted_records(tmp_path: Path, isolation
         await topics.stop()
 
     asyncio.run(run())
+
+
+def test_a_fetch_over_many_partitions_lets_other_work_run_between_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Acquisition yields between partitions once its time slice is used (docs/reliability.md,
+    "Limits"): with a zero slice, another task runs between every two partitions."""
+    from rallypoint import slicing
+
+    monkeypatch.setattr(slicing, "SLICE_S", 0.0)
+    monkeypatch.setattr(slicing.Slicer.__init__, "__defaults__", (0.0,))
+
+    async def run() -> None:
+        cfg = load({"data.dir": str(tmp_path), "rallypoint.log.storage": "memory"})
+        clock = FakeClock()
+        topics = build_topics(cfg, clock)
+        await topics.start()
+        topic = topics.create("many", 8)
+        rt = ShareGroupsRuntime(ShareSettings(), clock, topics, lambda g, n: SETTINGS[n], data_dir=tmp_path)
+        await rt.start()
+        order: list[str] = []
+        real = rt._share_partition
+
+        def traced(*args: object) -> object:
+            order.append("partition")
+            return real(*args)  # type: ignore[arg-type]
+
+        rt._share_partition = traced  # type: ignore[method-assign]
+
+        async def other() -> None:
+            for _ in range(8):
+                order.append("other")
+                await asyncio.sleep(0)
+
+        parts = [(topic.topic_id, p) for p in range(8)]
+        common = {"forgotten": [], "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 10}
+        await asyncio.gather(rt.fetch("g", "m", 0, 1, partitions=parts, acks={}, **common), other())  # type: ignore[arg-type]
+        first, last = order.index("partition"), len(order) - 1 - order[::-1].index("partition")
+        assert "other" in order[first:last]  # interleaved, not all partitions in one go
+        await rt.stop()
+        await topics.stop()
+
+    asyncio.run(run())
