@@ -245,12 +245,12 @@ class Api:
             "controller": b.controller_id,
         }
 
-    def _node(self, segment: str, *, multi: bool = True) -> int:
+    def _node(self, segment: str) -> int:
         node = _int_param(segment, "node")
         c = self.plane.broker.cluster
         if node not in c.nodes:
             raise HttpError(404, f"no broker {node} (brokers: {c.nodes})")
-        if multi and c.single:
+        if c.single:
             raise BadRequest("this rallypoint runs one broker: start it with --brokers N to move things")
         return node
 
