@@ -169,3 +169,46 @@ def test_fault_rules_and_the_request_log_by_node(broker_factory: Callable[..., B
     assert {e["node"] for e in control.requests(api="ApiVersions")} == {1, 2, 3}
     [only] = control.requests(api="ApiVersions", node="2")
     assert only["errors"] == ["BROKER_NOT_AVAILABLE"]
+
+
+def test_cluster_endpoints_refuse_bad_input_and_change_nothing(broker_factory: Callable[..., BrokerProcess]) -> None:
+    from tests.control_support import Control, control_url
+
+    b = broker_factory(config={"rallypoint.brokers": "3"}, extra_args=["--control-port", "0"])
+    control = Control(control_url(b))
+    with WireClient(b.host, b.port) as c:
+        c.call(19, 5, {"topics": [{"name": "ce", "num_partitions": 1, "replication_factor": 1}], "timeout": 5000})
+    before = control.get("/v1/brokers")
+    cases = [
+        ("/v1/brokers/9/stop", {}, 404),
+        ("/v1/brokers/x/stop", {}, 400),
+        ("/v1/brokers/2/stop", {"offline": "yes"}, 400),
+        ("/v1/brokers/2/stop", {"nope": 1}, 400),
+        ("/v1/brokers/2/start", {}, 409),  # running already
+        ("/v1/partitions/ce/0/leader", {}, 400),
+        ("/v1/partitions/ce/0/leader", {"node": 7}, 400),
+        ("/v1/partitions/ce/5/leader", {"node": 2}, 404),
+        ("/v1/partitions/nope/0/leader", {"node": 2}, 404),
+        ("/v1/groups/g/coordinator", {"node": "2"}, 400),
+    ]
+    for path, body, status in cases:
+        r = control.call("POST", path, body)
+        assert r.status == status, (path, body, r.status, r.body)
+        assert r.body and r.body.get("error"), (path, r.body)
+    assert control.get("/v1/brokers") == before
+    control.post("/v1/brokers/2/stop", {})
+    control.post("/v1/brokers/3/stop", {})
+    r = control.call("POST", "/v1/brokers/1/stop", {})
+    assert r.status == 409 and "last" in r.body["error"]
+    assert control.call("POST", "/v1/partitions/ce/0/leader", {"node": 2}).status == 409  # not running
+
+
+def test_one_broker_refuses_cluster_moves(broker_factory: Callable[..., BrokerProcess]) -> None:
+    from tests.control_support import Control, control_url
+
+    b = broker_factory(extra_args=["--control-port", "0"])
+    control = Control(control_url(b))
+    assert [x["node"] for x in control.get("/v1/brokers")["brokers"]] == [1]
+    r = control.call("POST", "/v1/groups/g/coordinator", {"node": 1})
+    assert r.status == 400 and "--brokers" in r.body["error"]
+    assert control.call("POST", "/v1/brokers/1/stop", {}).status == 400
