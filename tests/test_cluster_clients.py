@@ -54,8 +54,13 @@ def run_kafka_python(bootstrap: str, group: str, topic: str) -> int:
     from kafka import KafkaConsumer
 
     c = KafkaConsumer(
-        topic, bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False
+        bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False
     )
+    # kafka-python's leader assigns nothing when its JoinGroup answer beats its first metadata
+    # of the topic ("No partition metadata for topic"), and does not rejoin when the metadata
+    # comes (its snapshot is taken after): fetch the topic's metadata before subscribing.
+    c.partitions_for_topic(topic)
+    c.subscribe([topic])
     n, deadline = 0, time.monotonic() + 40
     while n < MESSAGES and time.monotonic() < deadline:
         n += sum(len(v) for v in c.poll(timeout_ms=300).values())

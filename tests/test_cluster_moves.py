@@ -116,6 +116,7 @@ class Committer(threading.Thread):
             session_timeout_ms=10000,
             heartbeat_interval_ms=500,
         )
+        c.partitions_for_topic(self.topic)  # metadata before joining: see tests/test_cluster_clients.py
         c.subscribe([self.topic], listener=Listener())
         try:
             while not self.stop.is_set():
