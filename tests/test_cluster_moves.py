@@ -313,6 +313,8 @@ def test_coordinator_move_as_raw_frames(cluster: BrokerProcess) -> None:
         assert d(c.call(12, 4, hb))["error_code"] == E.NOT_COORDINATOR
         fc = d(c.call(10, 4, {"key_type": 0, "coordinator_keys": [group]}))["coordinators"][0]
         assert (fc["node_id"], fc["port"]) == (new, ports[new])
+    last = [(t["from"], t["to"], t["reason"]) for t in control.get(f"/v1/groups/{group}")["transitions"][-2:]]
+    assert last == [("Stable", "Dead", "coordinator moved"), ("Dead", "Stable", "loaded")]
     with WireClient(cluster.host, ports[new]) as c:
         assert d(c.call(12, 4, hb))["error_code"] == 0
         dg = d(c.call(15, 5, {"groups": [group], "include_authorized_operations": False}))["groups"][0]

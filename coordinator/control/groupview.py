@@ -140,6 +140,23 @@ class GroupTracker:
         words = e.event.lower().replace("_", " ").replace(".", " ")
         if "loaded" in words and isinstance(f.get("generation"), int):
             self._generation[gid] = int(f["generation"])  # type: ignore[call-overload]
+            state = f.get("state")
+            if e.event == "group loaded" and isinstance(state, str):
+                # a group comes into memory (start-up, or its coordinator moved here): shown
+                # as a transition out of Dead, the state an unload leaves it in
+                members = f.get("members")
+                self._on_transition(
+                    Transition(
+                        group_id=gid,
+                        partition=int(f.get("partition", -1)),  # type: ignore[call-overload]
+                        from_state="Dead",
+                        to_state=state,
+                        generation=int(f["generation"]),  # type: ignore[call-overload]
+                        leader=self._leader.get(gid),
+                        members=members if isinstance(members, int) else 0,
+                        reason="loaded",
+                    )
+                )
         kind = _note_kind(e.event)
         if kind is not None:
             now = self.now_ms()
