@@ -254,3 +254,23 @@ def test_several_brokers_move_and_restart_on_the_same_ports(mode: str) -> None:
         rp.restart()
         again = [int(n["endpoints"]["PLAINTEXT"].rpartition(":")[2]) for n in rp.cluster()["brokers"]]
         assert again == ports
+
+
+def test_a_group_loaded_at_start_up_has_no_transitions_yet() -> None:
+    """docs/control.md: after a restart ``transitions`` starts empty (loading is not shown as a
+    transition; only a coordinator move's unload and load are)."""
+    with Rallypoint() as rp:
+        with WireClient("127.0.0.1", rp.port) as w:
+            w.call(19, 5, {"topics": [{"name": "t", "num_partitions": 1, "replication_factor": 1}], "timeout": 5000})
+            w.call(10, 4, {"key_type": 0, "coordinator_keys": ["g"]})
+            commit = {
+                "group_id": "g",
+                "generation_id_or_member_epoch": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 3}]}],
+            }
+            w.call(8, 8, commit)
+        rp.restart()
+        view = rp.group("g")
+        assert view is not None and view["state"] == "Empty" and view["transitions"] == []

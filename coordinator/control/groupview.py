@@ -141,9 +141,10 @@ class GroupTracker:
         if "loaded" in words and isinstance(f.get("generation"), int):
             self._generation[gid] = int(f["generation"])  # type: ignore[call-overload]
             state = f.get("state")
-            if e.event == "group loaded" and isinstance(state, str):
-                # a group comes into memory (start-up, or its coordinator moved here): shown
-                # as a transition out of Dead, the state an unload leaves it in
+            if e.event == "group loaded" and isinstance(state, str) and gid in self._transitions:
+                # a group this view saw unloaded comes back (its coordinator moved here): shown
+                # as a transition out of Dead, the state the unload left it in (a group loaded
+                # at start-up is not: its history starts empty)
                 members = f.get("members")
                 self._on_transition(
                     Transition(
