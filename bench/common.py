@@ -106,6 +106,44 @@ def describe(stats: dict[str, Any], unit: str) -> str:
     return f"{fmt(stats['median'], unit)} (min {fmt(stats['min'])}, max {fmt(stats['max'])}, n={int(stats['n'])})"
 
 
+MOCK = "librdkafka-mock"
+
+
+def side_by_side(
+    name: str,
+    unit: str,
+    measure: Callable[[Endpoint], float],
+    runs: int,
+    *,
+    rallypoint_config: dict[str, str] | None = None,
+    higher_is_better: bool = True,
+) -> dict[str, Any]:
+    """One side-by-side row: ``measure`` ``runs`` times against a fresh rallypoint (with
+    ``rallypoint_config``) and a fresh librdkafka mock; the ratio is how many times better
+    rallypoint did (nan, and the failures in ``note``, when either broker failed)."""
+    per_broker: dict[str, dict[str, float]] = {}
+    failures: list[str] = []
+    for starter in (lambda: rallypoint(rallypoint_config), mock_peer):
+        try:
+            with starter() as ep:
+                per_broker[ep.name] = repeat(lambda: measure(ep), runs)
+        except Exception as e:  # one broker failing a measurement must not hide the other
+            failures.append(f"{name}: {type(e).__name__}: {e}")
+            print(f"{name}: FAILED: {e}", flush=True)
+    row: dict[str, Any] = {"name": name, "unit": unit, "brokers": per_broker, "higher_is_better": higher_is_better}
+    if "rallypoint" not in per_broker or MOCK not in per_broker:
+        return {**row, "ratio": float("nan"), "note": "; ".join(failures)}
+    rp, peer = per_broker["rallypoint"]["median"], per_broker[MOCK]["median"]
+    row["ratio"] = (rp / peer) if higher_is_better else (peer / rp)
+    print(
+        f"{name}: rallypoint {describe(per_broker['rallypoint'], unit)} | "
+        f"{MOCK} {describe(per_broker[MOCK], unit)} | "
+        f"rallypoint is {row['ratio']:.2f}x {'as fast' if higher_is_better else 'as quick'}",
+        flush=True,
+    )
+    return row
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of a process (Linux /proc)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

@@ -10,11 +10,10 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any
 
-from bench.common import Endpoint, describe, mock_peer, rallypoint, repeat
+from bench.common import Endpoint, side_by_side
 from bench.loadgen import run_load
 
 
@@ -131,37 +130,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     runs = 2 if quick else 3
     rows: list[dict[str, Any]] = []
     for name, unit, fn, higher, rp_config in MEASUREMENTS:
-        per_broker: dict[str, dict[str, float]] = {}
-        failures: list[str] = []
-        starters: list[Callable[[], AbstractContextManager[Endpoint]]] = [partial(rallypoint, rp_config), mock_peer]
-        for starter in starters:
-            try:
-                with starter() as ep:
-                    per_broker[ep.name] = repeat(partial(fn, ep, quick), runs)
-            except Exception as e:  # one broker failing a measurement must not hide the others
-                failures.append(f"{name}: {type(e).__name__}: {e}")
-                print(f"{name}: FAILED: {e}", flush=True)
-        if "rallypoint" not in per_broker or "librdkafka-mock" not in per_broker:
-            rows.append(
-                {
-                    "name": name,
-                    "unit": unit,
-                    "brokers": per_broker,
-                    "ratio": float("nan"),
-                    "higher_is_better": higher,
-                    "note": "; ".join(failures),
-                }
-            )
-            continue
-        rp, peer = per_broker["rallypoint"]["median"], per_broker["librdkafka-mock"]["median"]
-        ratio = (rp / peer) if higher else (peer / rp)
-        rows.append({"name": name, "unit": unit, "brokers": per_broker, "ratio": ratio, "higher_is_better": higher})
-        print(
-            f"{name}: rallypoint {describe(per_broker['rallypoint'], unit)} | "
-            f"librdkafka-mock {describe(per_broker['librdkafka-mock'], unit)} | "
-            f"rallypoint is {ratio:.2f}x {'as fast' if higher else 'as quick'}",
-            flush=True,
-        )
+        measure = partial(lambda f, ep: f(ep, quick), fn)
+        rows.append(side_by_side(name, unit, measure, runs, rallypoint_config=rp_config, higher_is_better=higher))
     return rows
 
 

@@ -85,13 +85,11 @@ import argparse
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from bench.common import Endpoint, describe, mock_peer, rallypoint, repeat
+from bench.common import MOCK, Endpoint, side_by_side
 from bench.compare import _ensure_topic
 
 PARTITIONS = 4
@@ -100,7 +98,6 @@ HEARTBEAT_S = 5.0  # the share heartbeat interval: Kafka's default, rallypoint's
 # rallypoint otherwise at its defaults (durable share-partition state, fsync per write round)
 BROKER = {"num.partitions": str(PARTITIONS)}
 TIMEOUT_S = 120.0
-MOCK = "librdkafka-mock"
 Record = tuple[int | None, int | None]  # (partition, offset) as confluent-kafka types them
 
 
@@ -288,35 +285,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             f"records/s delivered and acknowledged, {consumers} share consumer{'s' if consumers > 1 else ''}, "
             f"{n:,} records"
         )
-        per_broker: dict[str, dict[str, float]] = {}
-        failures: list[str] = []
-        starters: list[Callable[[], AbstractContextManager[Endpoint]]] = [partial(rallypoint, BROKER), mock_peer]
-        for starter in starters:
-            try:
-                with starter() as ep:
-                    per_broker[ep.name] = repeat(partial(delivered_per_s, ep, consumers, n), runs)
-            except Exception as e:  # one broker failing must not hide the other
-                failures.append(f"{type(e).__name__}: {e}")
-                print(f"{name}: FAILED: {e}", flush=True)
-        if "rallypoint" in per_broker and MOCK in per_broker:
-            ratio = per_broker["rallypoint"]["median"] / per_broker[MOCK]["median"]
-            print(
-                f"{name}: rallypoint {describe(per_broker['rallypoint'], 'rec/s')} | "
-                f"{MOCK} {describe(per_broker[MOCK], 'rec/s')} | rallypoint is {ratio:.2f}x as fast",
-                flush=True,
-            )
-        else:
-            ratio = float("nan")
-        row: dict[str, Any] = {
-            "name": name,
-            "unit": "rec/s",
-            "brokers": per_broker,
-            "ratio": ratio,
-            "higher_is_better": True,
-        }
-        if failures:
-            row["note"] = "; ".join(failures)
-        rows.append(row)
+        measure = partial(lambda c, k, ep: delivered_per_s(ep, c, k), consumers, n)
+        rows.append(side_by_side(name, "rec/s", measure, runs, rallypoint_config=BROKER))
     rows[-1]["note"] = ((rows[-1]["note"] + "; ") if rows[-1].get("note") else "") + (
         "confluent-kafka ShareConsumer threads (implicit acknowledgement), 4-partition topic pre-filled with "
         f"{RECORD_BYTES}-byte records; clock from the first poll to the last consumer's commit_sync after every "

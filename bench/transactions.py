@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import time
 import uuid
-from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any
 
-from bench.common import Endpoint, describe, mock_peer, rallypoint, repeat
+from bench.common import Endpoint, side_by_side
 from bench.compare import _ensure_topic
 
 
@@ -49,37 +48,9 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for per_txn in (1, 10, 100):
         name = f"transactions/s, {per_txn} message{'s' if per_txn > 1 else ''} per transaction"
-        per_broker: dict[str, dict[str, float]] = {}
-        failures: list[str] = []
-        starters: list[partial[AbstractContextManager[Endpoint]]] = [
-            partial(rallypoint, {"rallypoint.offsets.flush": "never"}),  # no fsync, like the mock
-            partial(mock_peer),
-        ]
-        for starter in starters:
-            try:
-                with starter() as ep:
-                    per_broker[ep.name] = repeat(partial(transactions_per_s, ep, per_txn, seconds), runs)
-            except Exception as e:  # one broker failing must not hide the other
-                failures.append(f"{type(e).__name__}: {e}")
-        if "rallypoint" in per_broker and "librdkafka-mock" in per_broker:
-            ratio = per_broker["rallypoint"]["median"] / per_broker["librdkafka-mock"]["median"]
-            print(
-                f"{name}: rallypoint {describe(per_broker['rallypoint'], 'txn/s')} | "
-                f"librdkafka-mock {describe(per_broker['librdkafka-mock'], 'txn/s')} | {ratio:.2f}x",
-                flush=True,
-            )
-        else:
-            ratio = float("nan")
-        row: dict[str, Any] = {
-            "name": name,
-            "unit": "txn/s",
-            "brokers": per_broker,
-            "ratio": ratio,
-            "higher_is_better": True,
-        }
-        if failures:
-            row["note"] = "; ".join(failures)
-        rows.append(row)
+        measure = partial(lambda per, ep: transactions_per_s(ep, per, seconds), per_txn)
+        # no fsync, like the mock
+        rows.append(side_by_side(name, "txn/s", measure, runs, rallypoint_config={"rallypoint.offsets.flush": "never"}))
     if rows:
         rows[0]["note"] = ((rows[0].get("note", "") + "; ") if rows[0].get("note") else "") + (
             "transactions: the mock writes no markers read_committed consumers honour, keeps LSO = high "
