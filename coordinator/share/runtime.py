@@ -39,7 +39,7 @@ from ..storage.errors import PersistError
 from ..topics.partition import OffsetOutOfRange, PartitionLog
 from .membership import Change, SessionTimer, ShareGroupMachine, ShareHeartbeat, ShareHeartbeatResult
 from .partition import AckBatch, Acquired, LogBatch, SharePartition, ack_batches_error
-from .sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError, SessionKey, ShareSessions, TopicIdPartition
+from .sessions import FINAL_EPOCH, INITIAL_EPOCH, SessionError, ShareSession, ShareSessions, TopicIdPartition
 from .state_store import SavedState, ShareStateStore, StateKey
 
 log = get_logger("rallypoint.share_groups")
@@ -348,27 +348,21 @@ class ShareGroupsRuntime:
         """The connection's share sessions close and their members' records are released
         (docs/share-groups.md, "Share sessions")."""
         for s in self.sessions.of_connection(connection_id):
-            released = self._release_member(s.key, s.partitions)
-            log.info(
-                "share_session.closed",
-                group=s.key[0],
-                member=s.key[1],
-                reason="connection closed",
-                released=released,
-            )
+            self._session_closed(s, "connection closed")
 
-    def _release_member(self, key: SessionKey, partitions: Iterable[TopicIdPartition]) -> int:
-        group, member = key
-        n = 0
-        for tid, p in partitions:
+    def _session_closed(self, session: ShareSession, reason: str) -> None:
+        """A share session ended: its member's acquired records in its partitions are released."""
+        group, member = session.key
+        released = 0
+        for tid, p in session.partitions:
             skey = (group, tid, p)
             sp = self.partitions.get(skey)
             if sp is not None:
-                k = sp.release_member(member)
-                if k:
-                    n += k
+                n = sp.release_member(member)
+                if n:
+                    released += n
                     self._changed(skey, sp)
-        return n
+        log.info("share_session.closed", group=group, member=member, reason=reason, released=released)
 
     # ------------------------------------------------------------------ share partitions
 
@@ -550,8 +544,7 @@ class ShareGroupsRuntime:
             return answer
         writes = await self._acknowledge(group, member, acks, answer)
         if epoch == FINAL_EPOCH:
-            released = self._release_member(key, session.partitions)
-            log.info("share_session.closed", group=group, member=member, reason="final epoch", released=released)
+            self._session_closed(session, "final epoch")
         await self._written(writes, answer)
         return answer
 
@@ -595,8 +588,7 @@ class ShareGroupsRuntime:
             return answer
         writes = await self._acknowledge(group, member, acks, answer)
         if epoch == FINAL_EPOCH:
-            released = self._release_member(key, session.partitions)
-            log.info("share_session.closed", group=group, member=member, reason="final epoch", released=released)
+            self._session_closed(session, "final epoch")
             await self._written(writes, answer)
             return answer
         targets = list(session.partitions)
