@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from rallypoint.protocol.errors import ErrorCode
 
@@ -18,6 +18,45 @@ ZERO_UUID = uuid.UUID(int=0)
 def client_host(ctx: RequestContext) -> str:
     """Kafka records ``InetAddress.toString()`` of the client: "/127.0.0.1"."""
     return "/" + str(ctx.client_host)
+
+
+class HeartbeatAnswer(Protocol):
+    """A consumer- or share-group heartbeat's result, as the machines give it."""
+
+    @property
+    def error(self) -> ErrorCode: ...
+    @property
+    def error_message(self) -> str | None: ...
+    @property
+    def member_id(self) -> str | None: ...
+    @property
+    def member_epoch(self) -> int: ...
+    @property
+    def heartbeat_interval_ms(self) -> int: ...
+    @property
+    def assignment(self) -> Mapping[uuid.UUID, Iterable[int]] | None: ...
+
+
+def heartbeat_body(r: HeartbeatAnswer, partitions: Callable[[Iterable[int]], list[int]] = list) -> dict[str, Any]:
+    """The ConsumerGroupHeartbeat / ShareGroupHeartbeat answer (same layout): the assignment's
+    topics in topic-id order, each topic's partitions as ``partitions`` lists them."""
+    assignment = None
+    if r.assignment is not None:
+        assignment = {
+            "topic_partitions": [
+                {"topic_id": t, "partitions": partitions(ps)}
+                for t, ps in sorted(r.assignment.items(), key=lambda kv: str(kv[0]))
+            ]
+        }
+    return {
+        "throttle_time": 0,
+        "error_code": r.error,
+        "error_message": r.error_message,
+        "member_id": r.member_id,
+        "member_epoch": r.member_epoch,
+        "heartbeat_interval": r.heartbeat_interval_ms,
+        "assignment": assignment,
+    }
 
 
 def partition_exists(ctx: RequestContext, topic: str, partition: int) -> bool:

@@ -12,8 +12,8 @@ from typing import Any
 from rallypoint.protocol.codec import ms
 from rallypoint.protocol.errors import ErrorCode
 
-from ..groups.consumer_events import ConsumerHeartbeat
-from ._groups_common import client_host
+from ..groups.consumer_events import ConsumerHeartbeat, ConsumerHeartbeatResult
+from ._groups_common import client_host, heartbeat_body
 
 API_KEY = 68
 
@@ -46,30 +46,6 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
     )
     if ctx.broker.share_groups.machine.is_share_group(request.group_id):
         # GroupMetadataManager.getOrMaybeCreateConsumerGroup: another kind of group holds the id
-        return {
-            "throttle_time": 0,
-            "error_code": ErrorCode.GROUP_ID_NOT_FOUND,
-            "error_message": f"Group {request.group_id} is not a consumer group",
-            "member_id": None,
-            "member_epoch": 0,
-            "heartbeat_interval": 0,
-            "assignment": None,
-        }
-    r = await ctx.broker.consumer_groups.heartbeat(req)
-    assignment = None
-    if r.assignment is not None:
-        assignment = {
-            "topic_partitions": [
-                {"topic_id": t, "partitions": list(ps)}
-                for t, ps in sorted(r.assignment.items(), key=lambda kv: str(kv[0]))
-            ]
-        }
-    return {
-        "throttle_time": 0,
-        "error_code": r.error,
-        "error_message": r.error_message,
-        "member_id": r.member_id,
-        "member_epoch": r.member_epoch,
-        "heartbeat_interval": r.heartbeat_interval_ms,
-        "assignment": assignment,
-    }
+        message = f"Group {request.group_id} is not a consumer group"
+        return heartbeat_body(ConsumerHeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, message))
+    return heartbeat_body(await ctx.broker.consumer_groups.heartbeat(req))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..share.membership import ShareHeartbeat
-from ._groups_common import client_host
+from ._groups_common import client_host, heartbeat_body
 
 API_KEY = 76
 
@@ -26,20 +26,4 @@ async def handle(ctx: Any, request: Any) -> dict[str, Any]:
             client_host=client_host(ctx),
         )
     )
-    assignment = None
-    if r.assignment is not None:
-        assignment = {
-            "topic_partitions": [
-                {"topic_id": t, "partitions": sorted(ps)}
-                for t, ps in sorted(r.assignment.items(), key=lambda kv: str(kv[0]))
-            ]
-        }
-    return {
-        "throttle_time": 0,
-        "error_code": r.error,
-        "error_message": r.error_message,
-        "member_id": r.member_id,
-        "member_epoch": r.member_epoch,
-        "heartbeat_interval": r.heartbeat_interval_ms,
-        "assignment": assignment,
-    }
+    return heartbeat_body(r, sorted)
