@@ -589,13 +589,12 @@ class ShareGroupsRuntime:
         writes = await self._acknowledge(group, member, acks, answer)
         if epoch == FINAL_EPOCH:
             self._session_closed(session, "final epoch")
-            await self._written(writes, answer)
-            return answer
-        targets = list(session.partitions)
-        budget = [max(1, max_bytes), max(1, max_records)]
-        got = await self._acquire_all(group, member, targets, answer, budget)
-        if not got and max_wait_ms > 0 and not self._closing:
-            got = await self._wait_and_acquire(group, member, targets, answer, budget, max_wait_ms)
+        else:
+            targets = list(session.partitions)
+            budget = [max(1, max_bytes), max(1, max_records)]
+            got = await self._acquire_all(group, member, targets, answer, budget)
+            if not got and max_wait_ms > 0 and not self._closing:
+                await self._wait_and_acquire(group, member, targets, answer, budget, max_wait_ms)
         await self._written(writes, answer)
         return answer
 
