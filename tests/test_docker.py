@@ -682,33 +682,14 @@ def test_entrypoint_runs_the_broker_like_the_image(
     assert "stopped" in b.log()
 
 
-def _consecutive_free_ports(n: int) -> int:
-    """A port p with p .. p+n-1 all free now."""
-    import socket
-
-    for _ in range(50):
-        base = free_port()
-        socks = []
-        try:
-            for i in range(n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError(f"no {n} consecutive free ports")
-
-
 def test_entrypoint_runs_a_three_node_cluster_with_one_setting(
     dockerfile: Dockerfile, tmp_path: Path, entrypoint_broker: list[EntrypointBroker]
 ) -> None:
     """KAFKA_RALLYPOINT_BROKERS=3: nodes 1-3 on KAFKA_PORT, +1, +2 (docs/docker.md, "Several
     brokers"); the healthcheck probes node 1."""
-    port = _consecutive_free_ports(3)
+    from rallypoint.testing import _consecutive_free_ports
+
+    port = _consecutive_free_ports("127.0.0.1", 3)
     b = start_entrypoint(dockerfile, tmp_path, entrypoint_broker, {"KAFKA_RALLYPOINT_BROKERS": "3"}, port=port)
     b.wait_healthy()
     with WireClient("127.0.0.1", port + 2) as c:
