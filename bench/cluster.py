@@ -53,11 +53,6 @@ def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
         return out
 
 
-def _ports(b: BrokerProcess) -> dict[int, int]:
-    line = b.events("listening")[-1]
-    return {i + 1: int(u.rpartition(":")[2]) for i, u in enumerate(line["listeners"])}
-
-
 async def _fill(port: int, groups: list[str], joined: bool) -> None:
     conns = [await Conn.open("127.0.0.1", port) for _ in range(8)]
     await conns[0].call(10, 4, {"key_type": 0, "coordinator_keys": [groups[0]]})  # creates __consumer_offsets
@@ -108,7 +103,7 @@ def measure(n: int, moves: int) -> tuple[list[float], list[float]]:
     with tempfile.TemporaryDirectory(prefix="rp-bench-cluster-") as tmp:
         config = {"rallypoint.brokers": "3", "rallypoint.offsets.flush": "never"}
         with BrokerProcess(Path(tmp), config, extra_args=["--control-port", "0"]).start() as b:
-            ports = _ports(b)
+            ports = b.node_ports()
             control = b.events("listening")[-1]["control"]
             asyncio.run(_fill(ports[1], groups, joined=n <= 100))
             loads: list[float] = []

@@ -270,8 +270,7 @@ def test_coordinator_move_as_raw_frames(cluster: BrokerProcess) -> None:
     group Stable at the same generation with its member and offsets; offline stops leave the
     partition without a coordinator until the node starts."""
     control = Control(control_url(cluster))
-    [line] = cluster.events("listening")
-    ports = {i + 1: int(u.rpartition(":")[2]) for i, u in enumerate(line["listeners"])}
+    ports = cluster.node_ports()
     group = f"rg-{uuid.uuid4().hex[:8]}"
     old = coordinator_of(group)
     new = old % 3 + 1

@@ -27,17 +27,12 @@ def b(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
     return broker_factory(config={"rallypoint.brokers": "3"})
 
 
-def ports(b: BrokerProcess) -> dict[int, int]:
-    [line] = b.events("listening")
-    return {i + 1: int(url.rpartition(":")[2]) for i, url in enumerate(line["listeners"])}
-
-
 def group_on(node: int, prefix: str = "g") -> str:
     return next(f"{prefix}{i}" for i in range(1000) if partition_for(f"{prefix}{i}", 50) % 3 + 1 == node)
 
 
 def test_metadata_and_find_coordinator_name_every_node(b: BrokerProcess) -> None:
-    node_ports = ports(b)
+    node_ports = b.node_ports()
     assert sorted(node_ports) == [1, 2, 3] and len(set(node_ports.values())) == 3
     for port in node_ports.values():  # every node answers the same about the cluster
         with WireClient(b.host, port) as c:
@@ -66,7 +61,7 @@ def test_metadata_and_find_coordinator_name_every_node(b: BrokerProcess) -> None
 
 
 def test_group_requests_to_the_wrong_node_get_not_coordinator(b: BrokerProcess) -> None:
-    node_ports = ports(b)
+    node_ports = b.node_ports()
     home, away = group_on(2, "h"), group_on(3, "a")
     join = {
         "group_id": home,
@@ -105,7 +100,7 @@ def test_group_requests_to_the_wrong_node_get_not_coordinator(b: BrokerProcess) 
 
 
 def test_data_requests_to_a_non_leader_get_not_leader_with_the_leader(b: BrokerProcess) -> None:
-    node_ports = ports(b)
+    node_ports = b.node_ports()
     with WireClient(b.host, node_ports[1]) as c:
         c.call(19, 5, {"topics": [{"name": "nl", "num_partitions": 3, "replication_factor": 1}], "timeout": 5000})
         md = d(c.call(3, 12, {"topics": [{"name": "nl"}], "allow_auto_topic_creation": False}))
@@ -159,7 +154,7 @@ def test_fault_rules_and_the_request_log_by_node(broker_factory: Callable[..., B
 
     b = broker_factory(config={"rallypoint.brokers": "3"}, extra_args=["--control-port", "0"])
     control = Control(control_url(b))
-    node_ports = ports(b)
+    node_ports = b.node_ports()
     control.fault(api="ApiVersions", error="BROKER_NOT_AVAILABLE", node=2, count=None)
     body = {"client_software_name": "t", "client_software_version": "1"}
     for node in (1, 2, 3):

@@ -54,6 +54,15 @@ class BrokerProcess:
                     return int(rest.rpartition(":")[2])
         raise KeyError(f"no listener {name} in the listening line")
 
+    def node_ports(self) -> dict[int, int]:
+        """Each node's port, several brokers in one process (docs/cluster.md): the ``listening``
+        line lists every node's listeners in node order; a node's first listener's port."""
+        ev = self.events("listening")[-1]
+        nodes = [int(n) for n in ev.get("nodes", [1])]
+        urls = ev["listeners"]
+        per_node = len(urls) // len(nodes)
+        return {n: int(urls[i * per_node].rpartition(":")[2]) for i, n in enumerate(nodes)}
+
     def command(self) -> list[str]:
         cmd = [sys.executable, "-m", "rallypoint", "--host", self.host, "--port", str(self.requested_port)]
         cmd += ["--data-dir", str(self.data_dir), "--log-format", "json"]
