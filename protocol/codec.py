@@ -30,7 +30,7 @@ from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.serial import entity_writer
 from kio.serial.errors import BufferUnderflow
 
-from . import framing, metadata_response, tagged
+from . import framing, metadata_response, response_encoders, tagged
 from .errors import ErrorCode
 
 Message = Any  # a kio dataclass instance
@@ -291,19 +291,7 @@ def build(cls: type, data: Mapping[str, Any]) -> Message:
     kwargs: dict[str, Any] = {}
     for name, conv, nested, default in _build_plan(cls):
         if name in data:
-            value = data[name]
-            if value is None:
-                pass
-            elif nested is not None:
-                if type(value) is dict or isinstance(value, Mapping):
-                    value = build(nested, value)
-                elif isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
-                    value = tuple(build(nested, item) if isinstance(item, Mapping) else item for item in value)
-            elif type(value) is list or type(value) is tuple:
-                value = tuple(value) if conv is None else tuple(None if v is None else conv(v) for v in value)
-            elif conv is not None:
-                value = conv(value)
-            kwargs[name] = value
+            kwargs[name] = convert_field(conv, nested, data[name])
         elif default is _NO_DEFAULT:
             if nested is not None:
                 kwargs[name] = build(nested, {})
@@ -312,6 +300,24 @@ def build(cls: type, data: Mapping[str, Any]) -> Message:
         else:
             kwargs[name] = default
     return cls(**kwargs)
+
+
+def convert_field(conv: Callable[[Any], Any] | None, nested: type | None, value: Any) -> Any:
+    """One field's value from a dict as :func:`build` puts it into the dataclass (``conv``
+    and ``nested`` from :func:`_build_plan`)."""
+    if value is None:
+        return None
+    if nested is not None:
+        if type(value) is dict or isinstance(value, Mapping):
+            return build(nested, value)
+        if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+            return tuple(build(nested, item) if isinstance(item, Mapping) else item for item in value)
+        return value
+    if type(value) is list or type(value) is tuple:
+        return tuple(value) if conv is None else tuple(None if v is None else conv(v) for v in value)
+    if conv is not None:
+        return conv(value)
+    return value
 
 
 def build_response(api_key: int, version: int, data: Mapping[str, Any]) -> Message:
@@ -344,6 +350,18 @@ def encode_body(api_key: int, version: int, data: Mapping[str, Any]) -> Encoded:
     return Encoded(encode_message(build_response(api_key, version, data)))
 
 
+def _encode_dict(cls: type, data: Mapping[str, Any]) -> bytes:
+    """The compiled encoder's bytes (:mod:`protocol.response_encoders`), or the generic path's
+    for an answer it does not take: the same bytes either way."""
+    compiled = response_encoders.encoder(cls)
+    if compiled is not None:
+        try:
+            return compiled(data)
+        except Exception:
+            pass  # Fallback, or a value the generic path will answer (or refuse) itself
+    return encode_message(build(cls, data))
+
+
 def encode_response(
     api_key: int, version: int, correlation_id: int, data: Mapping[str, Any] | Message | Encoded
 ) -> bytes:
@@ -367,7 +385,7 @@ def encode_response(
                     _SMALL_BODIES.clear()
                 _SMALL_BODIES[key] = body
         else:
-            body = encode_message(build(response_class(api_key, version), data))
+            body = _encode_dict(response_class(api_key, version), data)
     else:
         body = encode_message(data)
     header = framing.response_header(correlation_id, response_header_version(api_key, version))
