@@ -80,6 +80,11 @@ _DECODE_OFF_LOOP_BYTES = 16 * 1024
 _TURN = 8
 # Answers with at least this many array elements are built and encoded in a worker thread.
 _ENCODE_OFF_LOOP_ELEMENTS = 2000
+# APIs whose answer holds at most one struct per struct of the request (Produce, OffsetCommit,
+# Heartbeat, SyncGroup, LeaveGroup, ApiVersions' fixed list, FindCoordinator, InitProducerId,
+# AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit): for a request small enough to
+# be decoded on the loop the answer is small too, and is not counted first.
+_ANSWER_BOUNDED_BY_REQUEST = frozenset({0, 8, 10, 12, 13, 14, 18, 22, 24, 25, 26, 28})
 
 
 def _frame_buffered(reader: asyncio.StreamReader) -> bool:
@@ -683,7 +688,8 @@ class Server:
         if response is None:
             return b""
         try:
-            if codec.count_elements(response, _ENCODE_OFF_LOOP_ELEMENTS) >= _ENCODE_OFF_LOOP_ELEMENTS:
+            small = api_key in _ANSWER_BOUNDED_BY_REQUEST and len(body) < _DECODE_OFF_LOOP_BYTES
+            if not small and codec.count_elements(response, _ENCODE_OFF_LOOP_ELEMENTS) >= _ENCODE_OFF_LOOP_ELEMENTS:
                 return await asyncio.to_thread(codec.encode_response, api_key, version, corr, response)
             return codec.encode_response(api_key, version, corr, response)
         except Exception:

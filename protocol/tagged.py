@@ -33,9 +33,11 @@ What the walk bounds (docs/reliability.md, "Limits"):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 from kio._kio_native import entity_reader, get_reader
@@ -253,6 +255,9 @@ def _walk(cls: type, buf: memoryview, pos: int, budget: Budget) -> tuple[Any, in
     return cls(**kwargs), pos
 
 
+_compiled_walkers = True
+
+
 def _read(cls: type, buf: memoryview, pos: int, budget: Budget) -> tuple[Any, int]:
     if not has_arrays(cls):
         try:
@@ -260,7 +265,156 @@ def _read(cls: type, buf: memoryview, pos: int, budget: Budget) -> tuple[Any, in
             return msg, pos + size
         except KeyError:
             pass  # an unknown tagged field: walk it in Python, skipping the tag
+    if _compiled_walkers:
+        compiled = walker(cls)
+        if compiled is not None:
+            result: tuple[Any, int] = compiled(buf, pos, budget)
+            return result
     return _walk(cls, buf, pos, budget)
+
+
+@contextlib.contextmanager
+def interpreted() -> Iterator[None]:
+    """Read with the interpreting walk only (what tests hold the compiled walkers to)."""
+    global _compiled_walkers
+    _compiled_walkers = False
+    try:
+        yield
+    finally:
+        _compiled_walkers = True
+
+
+# ------------------------------------------------------------------ compiled walkers
+#
+# _walk interprets a field plan per value.  For the structures it walks (those with arrays:
+# OffsetCommit's topics, Produce's and Fetch's partitions ...) the same steps are generated as
+# Python source once per class: the same kio readers, the same checks in the same order
+# (array length against the bytes left, the element budget, null arrays, nullable structs,
+# tagged fields by number with unknown ones skipped and the last occurrence winning), the same
+# dataclass -- without the per-field dispatch.  tests/test_request_decoders.py holds them to
+# _walk's results and refusals on every request version served, valid and corrupted bytes.
+
+
+@functools.cache
+def walker(cls: type) -> Any:
+    """The compiled walker of ``cls`` (``(buf, pos, budget) -> (message, pos)``), or None."""
+    try:
+        return _compile_walker(cls)
+    except Exception:
+        return None
+
+
+def _compile_walker(cls: type) -> Any:
+    ns: dict[str, Any] = {
+        "cls": cls,
+        "array_length": _array_length,
+        "read_uvarint": read_uvarint,
+        "Malformed": MalformedMessage,
+        "FrameError": FrameError,
+        "len": len,
+        "range": range,
+        "tuple": tuple,
+    }
+    consts = iter(range(10**6))
+
+    def const(value: Any) -> str:
+        name = f"k{next(consts)}"
+        ns[name] = value
+        return name
+
+    def read_into(var: str, nested: type, indent: str) -> list[str]:
+        """Statements reading one ``nested`` structure into ``var`` and moving ``pos`` past it
+        (as _read: kio's native reader for a structure without arrays, walked when it meets
+        an unknown tagged field)."""
+        walk = const(walker_or_walk(nested))
+        if has_arrays(nested):
+            return [f"{indent}{var}, pos = {walk}(buf, pos, budget)"]
+        return [
+            f"{indent}try:",
+            f"{indent}    {var}, size = {const(_native(nested))}(buf, pos)",
+            f"{indent}except KeyError:",
+            f"{indent}    {var}, pos = {walk}(buf, pos, budget)",
+            f"{indent}else:",
+            f"{indent}    pos += size",
+        ]
+
+    ordered, tagged = _plan(cls)
+    flexible = bool(getattr(cls, "__flexible__", False))
+    lines = ["def walk(buf, pos, budget):"]
+    names: list[str] = []
+    for i, (name, flex, kind, what, optional, item_size) in enumerate(ordered):
+        var = f"v{i}"
+        names.append(f"{name}={var}")
+        if kind == "primitive":
+            lines += [f"    {var}, size = {const(what)}(buf, pos)", "    pos += size"]
+            continue
+        if kind == "entity":
+            if flex and optional:
+                lines += [
+                    "    if pos >= len(buf): raise FrameError('truncated nullable struct marker')",
+                    "    marker = buf[pos]",
+                    "    pos += 1",
+                    f"    if marker >= 0x80: {var} = None",
+                    "    else:",
+                    *read_into(var, what, "        "),
+                ]
+            else:
+                lines += read_into(var, what, "    ")
+            continue
+        lines.append(f"    n, pos = array_length(buf, pos, {flex})")
+        lines.append("    if n < 0:")
+        if optional:
+            lines.append(f"        {var} = None")
+        else:
+            lines.append(f"        raise Malformed({f'non-nullable field {name} was serialized as null'!r})")
+        lines += [
+            "    else:",
+            "        left = len(buf) - pos",
+            f"        if n * {item_size} > left:",
+            f"            raise Malformed(f'array {name} of {{n}} items cannot fit in the {{left}} bytes left')",
+            "        budget.take(n)",
+            "        items = []",
+            "        append = items.append",
+            "        for _ in range(n):",
+        ]
+        if kind == "entity_array":
+            lines += [*read_into("item", what, "            "), "            append(item)"]
+        else:
+            lines += [
+                f"            item, size = {const(what)}(buf, pos)",
+                "            pos += size",
+                "            append(item)",
+            ]
+        lines.append(f"        {var} = tuple(items)")
+    if flexible:
+        # the tagged-field section, exactly as _walk reads it
+        lines += [
+            "    tags = {}",
+            "    count, pos = read_uvarint(buf, pos)",
+            "    if count * 2 > len(buf) - pos:",
+            "        raise Malformed(f'{count} tagged fields cannot fit in the {len(buf) - pos} bytes left')",
+            "    budget.take(count)",
+            "    for _ in range(count):",
+            "        tag, pos = read_uvarint(buf, pos)",
+            "        size, pos = read_uvarint(buf, pos)",
+            "        end = pos + size",
+            "        if end > len(buf): raise FrameError('truncated tagged field')",
+            f"        plan = {const(tagged)}.get(tag)",
+            "        if plan is not None:",
+            f"            tags[plan[0]], _ = {const(_read_value)}(plan, buf[:end], pos, budget)",
+            "        pos = end",
+            f"    return cls({', '.join([*names, '**tags'])}), pos",
+        ]
+    else:
+        lines.append(f"    return cls({', '.join(names)}), pos")
+    exec(compile("\n".join(lines) + "\n", f"<request walker {cls.__module__}.{cls.__name__}>", "exec"), ns)
+    return ns["walk"]
+
+
+def walker_or_walk(cls: type) -> Any:
+    """``cls``'s compiled walker, or the interpreting walk bound to it."""
+    compiled = walker(cls)
+    return compiled if compiled is not None else functools.partial(_walk, cls)
 
 
 def read(cls: type, buf: Buffer, pos: int = 0, max_elements: int | None = None) -> tuple[Any, int]:
