@@ -559,7 +559,7 @@ def _walk_records(data: bytes, h: BatchHeader, spans: bool) -> Iterator[_Spans] 
     count is negative or larger than the bytes left, a header key is null, a record's fields do
     not end where its length says, fewer records than the header's count are there, or bytes
     remain after them.  The work is bounded by the bytes of the records, whatever the count
-    claims.  Varints are inlined for their one-byte case (most lengths and deltas): start-up
+    claims.  Varints are inlined for their one- and two-byte cases (most lengths and deltas): start-up
     replay runs this for every record of the offsets log.
     """
     n = len(data)
@@ -580,6 +580,10 @@ def _walk_records(data: bytes, h: BatchHeader, spans: bool) -> Iterator[_Spans] 
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
+            elif (b2 := data[pos + 1]) < 0x80:  # two bytes: records of 64 to 8 KiB
+                raw = (b & 0x7F) | b2 << 7
+                length = (raw >> 1) ^ -(raw & 1)
+                pos += 2
             else:
                 length, pos = read_varint(data, pos)
             end = pos + length
@@ -596,6 +600,10 @@ def _walk_records(data: bytes, h: BatchHeader, spans: bool) -> Iterator[_Spans] 
             if b < 0x80:
                 off_delta = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif (b2 := data[p + 1]) < 0x80:  # two bytes: the 64th to the 8,192nd record
+                raw = (b & 0x7F) | b2 << 7
+                off_delta = (raw >> 1) ^ -(raw & 1)
+                p += 2
             else:
                 off_delta, p = _read_varint32(data, p, where)
             b = data[p]
@@ -611,6 +619,10 @@ def _walk_records(data: bytes, h: BatchHeader, spans: bool) -> Iterator[_Spans] 
             if b < 0x80:
                 vlen = (b >> 1) ^ -(b & 1)
                 p += 1
+            elif (b2 := data[p + 1]) < 0x80:  # two bytes: values of 64 B to 8 KiB
+                raw = (b & 0x7F) | b2 << 7
+                vlen = (raw >> 1) ^ -(raw & 1)
+                p += 2
             else:
                 vlen, p = _read_varint32(data, p, where)
             vpos = p
