@@ -180,6 +180,46 @@ class _Idle(Exception):
     """No progress on a connection for connections.max.idle.ms."""
 
 
+class _IdleWatch:
+    """connections.max.idle.ms while a connection waits for its next request, without a timer
+    per wait (``asyncio.timeout`` made and cancelled one per request: several per cent of a
+    small request's cost).  One handle per connection fires at the earliest moment the wait
+    could have lasted the whole timeout; a wait that began later moves it on, so a busy
+    connection re-arms it about once per timeout, not once per request."""
+
+    __slots__ = ("expired", "handle", "loop", "since", "task", "timeout", "waiting")
+
+    def __init__(self, timeout: float, task: asyncio.Task[Any]) -> None:
+        self.timeout = timeout
+        self.task = task
+        self.loop = asyncio.get_running_loop()
+        self.handle: asyncio.TimerHandle | None = None
+        self.since = 0.0
+        self.waiting = False
+        self.expired = False
+
+    def begin(self) -> None:
+        self.since = self.loop.time()
+        self.waiting = True
+        if self.handle is None:
+            self.handle = self.loop.call_at(self.since + self.timeout, self._check)
+
+    def _check(self) -> None:
+        self.handle = None
+        if not self.waiting:
+            return  # the next wait arms it again
+        if self.loop.time() - self.since >= self.timeout:
+            self.expired = True
+            self.task.cancel()
+        else:
+            self.handle = self.loop.call_at(self.since + self.timeout, self._check)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+
 @dataclass
 class _Decoded:
     api_key: int
@@ -553,6 +593,9 @@ class Server:
         out = _Answers(writer)
         transport = writer.transport
         streak = 0  # requests served in a row from what was already buffered
+        task = asyncio.current_task()
+        assert task is not None
+        idle = _IdleWatch(self.idle_timeout_s, task) if self.idle_timeout_s is not None else None
         try:
             while not self._closing:
                 if _frame_buffered(reader):
@@ -577,12 +620,21 @@ class Server:
                 if transport.is_closing() or reader.exception() is not None:
                     return  # the peer is gone: serve nothing more
                 try:
-                    if len(getattr(reader, "_buffer", b"")) >= 4:
+                    if len(getattr(reader, "_buffer", b"")) >= 4 or idle is None:
                         size_bytes = await reader.readexactly(4)  # already here: no wait
                     else:
-                        size_bytes = await self._idle_bound(reader.readexactly(4), "waiting for a request")
+                        idle.begin()
+                        try:
+                            size_bytes = await reader.readexactly(4)
+                        finally:
+                            idle.waiting = False
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
+                except asyncio.CancelledError:
+                    if idle is None or not idle.expired:
+                        raise
+                    task.uncancel()
+                    raise _Idle(f"no progress for {idle.timeout * 1000:.0f} ms while waiting for a request") from None
                 (size,) = _SIZE.unpack(size_bytes)
                 if size <= 0 or size > self.max_request_bytes:
                     log.warning(
@@ -633,6 +685,8 @@ class Server:
                     out.flush()
                     await self._drain(writer)
         finally:
+            if idle is not None:
+                idle.close()
             if not transport.is_closing():
                 with contextlib.suppress(Exception):
                     out.flush()
