@@ -220,6 +220,11 @@ class _IdleWatch:
             self.handle = None
 
 
+# (api_key << 16 | version) -> (API name, request header version), for the versions served,
+# filled as requests arrive (_check_served).
+_SERVED: dict[int, tuple[str, int]] = {}
+
+
 @dataclass
 class _Decoded:
     api_key: int
@@ -757,6 +762,37 @@ class Server:
         except FrameError:
             log.warning("closing connection: frame shorter than a request header", connection=cid)
             return None
+        served_as = _SERVED.get(api_key << 16 | version)
+        if served_as is not None:
+            name, header_version = served_as
+        else:
+            checked = self._check_served(cid, api_key, version, corr)
+            if not isinstance(checked, tuple):
+                return checked
+            name, header_version = checked
+        try:
+            header = parse_request_header(body, header_version)
+            if len(body) >= _DECODE_OFF_LOOP_BYTES:
+                request = await asyncio.to_thread(
+                    codec.decode_request, api_key, version, body, header.size, self.max_elements
+                )
+            else:
+                request = codec.decode_request(api_key, version, body, header.size, self.max_elements)
+        except (FrameError, codec.DecodeError) as e:
+            log.warning(
+                "closing connection: undecodable request",
+                connection=cid,
+                client=client_host,
+                api=name,
+                api_version=version,
+                error=str(e),
+            )
+            return None
+        return _Decoded(api_key, version, corr, name, header.client_id, request)
+
+    def _check_served(self, cid: int, api_key: int, version: int, corr: int) -> tuple[str, int] | bytes | None:
+        """(API name, request header version) of a request served (remembered in _SERVED), the
+        answer to an ApiVersions at a version not served, or None to close the connection."""
         api = served(api_key)
         if api is None:
             log.warning("closing connection: unknown api key", connection=cid, api_key=api_key, api_version=version)
@@ -773,25 +809,8 @@ class Server:
                 supported=f"{api.min_version}-{api.max_version}",
             )
             return None
-        try:
-            header = parse_request_header(body, codec.request_header_version(api_key, version))
-            if len(body) >= _DECODE_OFF_LOOP_BYTES:
-                request = await asyncio.to_thread(
-                    codec.decode_request, api_key, version, body, header.size, self.max_elements
-                )
-            else:
-                request = codec.decode_request(api_key, version, body, header.size, self.max_elements)
-        except (FrameError, codec.DecodeError) as e:
-            log.warning(
-                "closing connection: undecodable request",
-                connection=cid,
-                client=client_host,
-                api=api.name,
-                api_version=version,
-                error=str(e),
-            )
-            return None
-        return _Decoded(api_key, version, corr, api.name, header.client_id, request)
+        plan = _SERVED[api_key << 16 | version] = (api.name, codec.request_header_version(api_key, version))
+        return plan
 
     def _error_response(self, api_key: int, version: int, corr: int) -> bytes | None:
         """Kafka's ``getErrorResponse``: UNKNOWN_SERVER_ERROR where a top-level code exists."""
