@@ -55,9 +55,8 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import Final, Literal, NamedTuple, overload
 
-from crc32c import crc32c
-
 from . import compression
+from .crc import crc32c
 from .wire import I16 as _I16
 from .wire import I32 as _I32
 from .wire import read_varint, write_varint

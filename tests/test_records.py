@@ -276,3 +276,18 @@ def test_the_documented_example_batch() -> None:
     record += " 00"  # no headers
     want = bytes.fromhex((header + record).replace(" ", ""))
     assert build_batch(0, [entry], 1000) == want
+
+
+def test_the_batch_checksum_is_crc32c_from_the_c_extension_without_its_package_init() -> None:
+    """protocol/crc.py: the same function as the package's, loaded without importlib.metadata."""
+    import subprocess
+    import sys
+
+    from rallypoint.protocol import crc
+
+    assert crc.crc32c(b"123456789") == 0xE3069283  # the standard check value of CRC-32C
+    data = bytes(range(256)) * 41
+    assert crc.crc32c(data) == crc32c(data)
+    probe = "import sys, rallypoint.protocol.records; print('importlib.metadata' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from crc32c import crc32c
+from rallypoint.protocol.crc import crc32c
 
 from ..logger import get as get_logger
 from .partition import RecordState, StateBatch
