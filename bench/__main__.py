@@ -170,15 +170,23 @@ flight, after the changes above):
   the work: the mock acknowledges an OffsetCommit without writing anything.
 - **OffsetFetch**: about 70 µs, mostly the group machine's checks and per-partition lookup.
 
-| target | figure in this document | status |
-|---|---|---|
-| every hot-path row ≥ 0.5× the mock | met at 1×1 for ApiVersions, Metadata and Heartbeat (Stable), and for ApiVersions 4×8; 0.06–0.4× elsewhere | not met: one event loop's CPU per request (above) |
-| durable commits through the broker ≥ 20,000 partition-commits/s with 50 connections | the log alone: 20,650 commits/s (50 partitions, group commit); through the broker: about 4,000 requests/s | not met: the same per-request CPU (an fsync is shared, the request path is not) |
-| offsets-log replay ≥ 100 MiB/s | 18.6 MiB/s (about 260k records/s) | not met: one Python step per record (CRCs are checked in C) |
-| pipeline decode ≥ 30 MiB/s | 5.9 MiB/s one process, 6.6 MiB/s Spark on 2 cores | not met: decoding is per record in Python |
-| start-up to first answer ≤ 250 ms | the start-up section | not met: module imports (kio's schema classes) |
-| 1,000-member rebalance ≤ 200 ms of coordinator time | the rebalance section (wall time with 1,000 raw clients on the same 2 cores) | measured with the clients' own cost included |
-| ≤ 1 KiB RSS per Stable member | the memory section | not met |
+Each target, the figure this document holds, and what stands in the way:
+
+- every hot-path row ≥ 0.5× the mock: met at 1×1 for ApiVersions, Metadata and Heartbeat
+  (Stable), and for ApiVersions at 4×8; 0.06–0.4× elsewhere -- one event loop's CPU per
+  request (above);
+- durable commits through the broker ≥ 20,000 partition-commits/s with 50 connections: the log
+  alone reaches 20,650 commits/s (50 partitions, group commit), through the broker about 4,000
+  requests/s -- the fsync is shared, the per-request CPU is not;
+- offsets-log replay ≥ 100 MiB/s: 18.6 MiB/s (about 260k records/s) -- one Python step per
+  record (CRCs are checked in C);
+- pipeline decode ≥ 30 MiB/s: 5.9 MiB/s in one process, 6.6 MiB/s with Spark on 2 cores --
+  decoding is per record in Python;
+- start-up to first answer ≤ 250 ms: see the start-up section -- module imports (the classes
+  of kio's schemas the handlers name) hold most of it;
+- 1,000-member rebalance ≤ 200 ms of coordinator time: the rebalance section measures wall
+  time with 1,000 raw clients on the same 2 cores, the clients' own cost included;
+- ≤ 1 KiB RSS per Stable member: see the memory section -- not met.
 
 One event loop cannot reach the 0.5× target on these rows. Spreading connections over
 several processes would need the group state sharded by `__consumer_offsets` partition with
