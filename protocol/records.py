@@ -53,7 +53,7 @@ import mmap
 import os
 import struct
 from collections.abc import Iterator, Sequence
-from typing import Final, Literal, NamedTuple, overload
+from typing import Any, Final, Literal, NamedTuple, overload
 
 from . import compression
 from .crc import crc32c
@@ -542,16 +542,33 @@ def walk_record_spans(
     return _walk_records(records_payload(buf, h, max_uncompressed), h, True)
 
 
+def latest_record_times(
+    buf: bytes | memoryview | mmap.mmap, h: BatchHeader, max_uncompressed: int, every: int
+) -> Iterator[tuple[int, int, int]]:
+    """Every field of every record of batch ``h`` walked as :func:`iter_record_times` walks
+    them, yielding after each ``every`` records and after the last: (records walked so far,
+    the latest timestamp among them, the offset delta of the first record holding it).  One
+    yield per ``every`` records, not per record: the produce path's check of every record
+    (docs/data-plane.md)."""
+    if every <= 0:
+        raise ValueError("every must be positive")
+    walk: Iterator[tuple[int, int, int]] = _walk_records(records_payload(buf, h, max_uncompressed), h, False, every)
+    return walk
+
+
 @overload
 def _walk_records(data: bytes, h: BatchHeader, spans: Literal[True]) -> Iterator[_Spans]: ...
 @overload
 def _walk_records(data: bytes, h: BatchHeader, spans: Literal[False]) -> Iterator[tuple[int, int]]: ...
-def _walk_records(data: bytes, h: BatchHeader, spans: bool) -> Iterator[_Spans] | Iterator[tuple[int, int]]:
+@overload
+def _walk_records(data: bytes, h: BatchHeader, spans: Literal[False], every: int) -> Iterator[tuple[int, int, int]]: ...
+def _walk_records(data: bytes, h: BatchHeader, spans: bool, every: int = 0) -> Iterator[Any]:
     """The one walk over the (decompressed) records of batch ``h``, as Kafka's
     ``DefaultRecord.readFrom`` reads them: for each record its offset, its timestamp, the
     position and length of its key and of its value (length -1: null), the position of its
     header count and its end.  Header keys and values are walked (and checked) here, but only
-    :func:`_read_headers` copies them.
+    :func:`_read_headers` copies them.  With ``every``, it yields running maxima instead
+    (:func:`latest_record_times`).
 
     Raises :class:`CorruptBatchError` (after the good records before it) when a record's length
     is negative or runs past the records, a varint is longer than its type allows, a header
@@ -573,6 +590,7 @@ def _walk_records(data: bytes, h: BatchHeader, spans: bool) -> Iterator[_Spans] 
     log_append_ts = h.max_timestamp if h.attributes & ATTR_LOG_APPEND_TIME else None
     pos = 0
     done = 0
+    best_ts = best_delta = -1
     try:
         while done < count:
             b = data[pos]
@@ -651,6 +669,11 @@ def _walk_records(data: bytes, h: BatchHeader, spans: bool) -> Iterator[_Spans] 
             ts = log_append_ts if log_append_ts is not None else base_ts + ts_delta
             if spans:
                 yield base_offset + off_delta, ts, kpos, klen, vpos, vlen, hpos, end
+            elif every:
+                if ts > best_ts:
+                    best_ts, best_delta = ts, off_delta
+                if done % every == 0:
+                    yield done, best_ts, best_delta
             else:
                 yield base_offset + off_delta, ts
     except IndexError:
@@ -663,6 +686,8 @@ def _walk_records(data: bytes, h: BatchHeader, spans: bool) -> Iterator[_Spans] 
         raise CorruptBatchError(f"malformed record in batch at {where}: {e}", where) from None
     if pos != n:
         raise CorruptBatchError(f"{n - pos} bytes remain after the {count} records of batch at {where}", where)
+    if every and done % every:
+        yield done, best_ts, best_delta
 
 
 def _read_headers(data: bytes, pos: int, where: int) -> tuple[tuple[str, bytes | None], ...]:

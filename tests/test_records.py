@@ -33,6 +33,7 @@ from rallypoint.protocol.records import (
     iter_batches,
     iter_file_batches,
     iter_record_times,
+    latest_record_times,
     read_header,
     records_payload,
     scan_batches,
@@ -291,3 +292,31 @@ def test_the_batch_checksum_is_crc32c_from_the_c_extension_without_its_package_i
     probe = "import sys, rallypoint.protocol.records; print('importlib.metadata' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("every", [1, 3, 4, 7, 4096])
+def test_latest_record_times_yields_running_maxima_every_n_records(every: int) -> None:
+    """The produce path's walk: the same records as iter_record_times, one yield per ``every``
+    records and one after the last, with the latest timestamp so far (first record on ties)."""
+    import random
+
+    rng = random.Random(every)
+    for n in (1, 2, 4, 7, 12, 100):
+        stamps = [1_700_000_000_000 + rng.choice([0, 5, 9, 9, 3]) for _ in range(n)]
+        recs = [Record(i, stamps[i], b"k", b"v" * rng.randrange(0, 300)) for i in range(n)]
+        batch = encode_batch(recs, base_offset=0)
+        h = read_header(batch, 0)
+        got = list(latest_record_times(batch, h, 1 << 20, every))
+        expected = []
+        best_ts, best_delta = -1, -1
+        for i, (offset, ts) in enumerate(iter_record_times(batch, h), start=1):
+            if ts > best_ts:
+                best_ts, best_delta = ts, offset
+            if i % every == 0 or i == n:
+                expected.append((i, best_ts, best_delta))
+        assert got == expected
+    good = encode_batch([Record(0, 1, b"k", b"v"), Record(1, 2, b"k", b"v")], base_offset=0)
+    h = read_header(good, 0)
+    trailing = assemble_batch(h, records_payload(good, h, 1 << 20) + b"\x00")  # a byte after the records
+    with pytest.raises(CorruptBatchError, match="remain"):
+        list(latest_record_times(trailing, read_header(trailing, 0), 1 << 20, 2))

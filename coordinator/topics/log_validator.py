@@ -38,7 +38,7 @@ from rallypoint.protocol.records import (
     RecordsError,
     UndecompressableError,
     crc_matches,
-    iter_record_times,
+    latest_record_times,
     parse_header,
     split_batches,
     walk_record_spans,
@@ -154,16 +154,10 @@ def check_records(data: bytes, h: BatchHeader, max_uncompressed: int) -> Iterato
     summary; raises :class:`BatchError` for the first problem.  Memory is bounded by
     ``max_uncompressed`` and the work by the bytes of the records, whatever the header claims.
     """
-    best_ts = -1
-    best_delta = -1
-    seen = 0
-    base = h.base_offset
+    latest = (0, -1, -1)  # records walked, latest timestamp, its offset delta
     try:
-        for offset, ts in iter_record_times(data, h, max_uncompressed):
-            if ts > best_ts:
-                best_ts, best_delta = ts, offset - base
-            seen += 1
-            if seen % SLICE_RECORDS == 0:
+        for latest in latest_record_times(data, h, max_uncompressed, SLICE_RECORDS):
+            if latest[0] % SLICE_RECORDS == 0:
                 yield None
     except PayloadTooLargeError as e:
         raise BatchError(ErrorCode.MESSAGE_TOO_LARGE, str(e)) from None
@@ -172,7 +166,7 @@ def check_records(data: bytes, h: BatchHeader, max_uncompressed: int) -> Iterato
     except RecordsError as e:
         # DefaultRecordBatch's iterators throw InvalidRecordException for every framing problem.
         raise BatchError(ErrorCode.INVALID_RECORD, str(e)) from None
-    yield Checked(best_ts, best_delta)
+    yield Checked(latest[1], latest[2])
 
 
 def validate_client_records(data: bytes, h: BatchHeader, max_uncompressed: int) -> Checked:
