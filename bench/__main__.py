@@ -140,7 +140,14 @@ changed (before/after figures are the side-by-side rows of this document's histo
    through a function call each; the walk that checks every produced record (as Kafka's
    LogValidator does) went from about 3.3 to 1.7 µs per record (2,000 records of 100 B, same
    process, interleaved runs; the record walk was the largest cost of produce→consume).
-10. **One idle timer per connection** (`coordinator/server.py`, `_IdleWatch`): waiting for the
+10. **The produce check yields per 4,096 records** (`protocol/records.py`,
+   `latest_record_times`): the walk that checks every produced record handed each record's
+   offset and timestamp up through two generators; it now keeps the running maximum itself and
+   yields once per slice. A 6,000-record batch of 100 B records: 1.05 → 0.95 µs per record.
+   Since this document's first figures the produce path walks every record (as Kafka's
+   LogValidator does; before, only the batch header and CRC were checked): that walk is about
+   90 % of a Produce request's CPU, and what keeps produce→consume below its first figure.
+11. **One idle timer per connection** (`coordinator/server.py`, `_IdleWatch`): waiting for the
    next request under `connections.max.idle.ms` made and cancelled an `asyncio.timeout` per
    request (about 7 % of an ApiVersions round trip); one lazily re-armed timer per connection
    now keeps the same rule. The served-version check and request header version are looked up
