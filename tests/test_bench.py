@@ -93,3 +93,12 @@ def test_transactions_bench_measures_committed_transactions() -> None:
 
     with rallypoint({"rallypoint.offsets.flush": "never"}) as ep:
         assert transactions_per_s(ep, 10, 0.3) > 1
+
+
+def test_coordinator_time_bench_brings_the_group_through_two_generations() -> None:
+    """bench.coordinator_time drives the sans-IO coordinator itself: every sync of both
+    generations must succeed (it raises otherwise) and both figures are real times."""
+    from bench.coordinator_time import coordinator_time
+
+    first, again = coordinator_time(20)
+    assert first > 0 and again > 0
