@@ -125,14 +125,14 @@ class _Gen:
             if tag is not None:
                 tagged.append((int(tag), f))
                 continue
-            body.extend(self._field(cls, f, plans[f.name], flexible))
+            body.extend(self._field(f, plans[f.name], flexible))
         if flexible:
             if not tagged:
                 body.append("out += b'\\x00'")
             else:
                 body.append("tags = []")
                 for number, tagged_field in sorted(tagged, key=lambda t: t[0]):
-                    body.extend(self._tagged_field(cls, tagged_field, number, plans[tagged_field.name]))
+                    body.extend(self._tagged_field(tagged_field, number, plans[tagged_field.name]))
                 body.append("out += uv(len(tags))")
                 body.append("for t in tags: out += t")
         if len(body) == 1:
@@ -153,7 +153,7 @@ class _Gen:
             return None
         return buf.getvalue()
 
-    def _field(self, cls: type, f: dataclasses.Field[Any], plan: tuple[Any, ...], flexible: bool) -> list[str]:
+    def _field(self, f: dataclasses.Field[Any], plan: tuple[Any, ...], flexible: bool) -> list[str]:
         from kio.serial._introspect import (
             EntityField,
             EntityTupleField,
@@ -195,9 +195,9 @@ class _Gen:
             lines.append("else: raise F")
             return lines
         if isinstance(fc, PrimitiveTupleField):
-            item = self._primitive("x", kafka_type, flexible, conv, name, cls, f)
+            item = self._primitive("x", kafka_type, flexible, conv)
             if item is None:
-                lines.append("else: out += " + self._generic_call(cls, f, plan, flexible) + "(v)")
+                lines.append("else: out += " + self._generic_call(f, plan, flexible) + "(v)")
                 return lines
             lines.append("elif type(v) is list or type(v) is tuple:")
             lines.append("    " + self._length("len(v)", flexible))
@@ -206,9 +206,9 @@ class _Gen:
             lines.extend("        " + line for line in item)
             lines.append("else: raise F")
             return lines
-        inline = self._primitive("v", kafka_type, flexible, conv, name, cls, f)
+        inline = self._primitive("v", kafka_type, flexible, conv)
         if inline is None:
-            lines.append("else: out += " + self._generic_call(cls, f, plan, flexible) + "(v)")
+            lines.append("else: out += " + self._generic_call(f, plan, flexible) + "(v)")
         else:
             lines.append("else:")
             lines.extend("    " + line for line in inline)
@@ -219,9 +219,7 @@ class _Gen:
             return f"out += uv({expr} + 1)"
         return f"out += {self.const(struct.Struct('>i').pack, 'p')}({expr})"
 
-    def _primitive(
-        self, var: str, kafka_type: str, flexible: bool, conv: Any, name: str, cls: type, f: dataclasses.Field[Any]
-    ) -> list[str] | None:
+    def _primitive(self, var: str, kafka_type: str, flexible: bool, conv: Any) -> list[str] | None:
         """Statements writing non-None ``var`` of ``kafka_type`` (None: not inlined)."""
         if kafka_type in _INT_FORMATS and conv is None:
             return [f"out += {self.const(struct.Struct('>' + _INT_FORMATS[kafka_type]).pack, 'p')}({var})"]
@@ -251,7 +249,7 @@ class _Gen:
         converted: datetime.timedelta = self.codec._to_timedelta(value)
         return round(converted.total_seconds() * 1000)
 
-    def _generic_call(self, cls: type, f: dataclasses.Field[Any], plan: tuple[Any, ...], flexible: bool) -> str:
+    def _generic_call(self, f: dataclasses.Field[Any], plan: tuple[Any, ...], flexible: bool) -> str:
         """A helper writing one (non-None, present) value the way build + kio do."""
         from kio.serial._serialize import get_field_writer
 
@@ -266,7 +264,7 @@ class _Gen:
 
         return self.const(generic, "g")
 
-    def _tagged_field(self, cls: type, f: dataclasses.Field[Any], tag: int, plan: tuple[Any, ...]) -> list[str]:
+    def _tagged_field(self, f: dataclasses.Field[Any], tag: int, plan: tuple[Any, ...]) -> list[str]:
         """A tagged field: written unless its (converted) value is kio's default for it."""
         from kio.serial._implicit_defaults import get_tagged_field_default
         from kio.serial._serialize import get_field_writer
