@@ -59,9 +59,7 @@ def peek_api_key_version(frame: bytes | memoryview) -> tuple[int, int, int]:
 
 def parse_request_header(frame: bytes | memoryview, header_version: int) -> RequestHeader:
     """Parse a request header (v1 or v2) at the start of ``frame`` (the bytes after the size)."""
-    if len(frame) < _HDR.size:
-        raise FrameError("request shorter than a header")
-    key, version, corr = _HDR.unpack_from(frame, 0)
+    key, version, corr = peek_api_key_version(frame)
     pos = _HDR.size
     if len(frame) < pos + 2:
         raise FrameError("truncated client id")
