@@ -179,6 +179,10 @@ class _Answers:
 class _Idle(Exception):
     """No progress on a connection for connections.max.idle.ms."""
 
+    @classmethod
+    def after(cls, timeout_s: float, doing: str) -> _Idle:
+        return cls(f"no progress for {timeout_s * 1000:.0f} ms while {doing}")
+
 
 class _IdleWatch:
     """connections.max.idle.ms while a connection waits for its next request, without a timer
@@ -495,7 +499,7 @@ class Server:
             async with asyncio.timeout(self.idle_timeout_s):
                 return await aw
         except TimeoutError:
-            raise _Idle(f"no progress for {self.idle_timeout_s * 1000:.0f} ms while {doing}") from None
+            raise _Idle.after(self.idle_timeout_s, doing) from None
 
     async def _drain(self, writer: asyncio.StreamWriter) -> None:
         """Wait (within connections.max.idle.ms) while the peer's unread answers keep the
@@ -639,7 +643,7 @@ class Server:
                     if idle is None or not idle.expired:
                         raise
                     task.uncancel()
-                    raise _Idle(f"no progress for {idle.timeout * 1000:.0f} ms while waiting for a request") from None
+                    raise _Idle.after(idle.timeout, "waiting for a request") from None
                 (size,) = _SIZE.unpack(size_bytes)
                 if size <= 0 or size > self.max_request_bytes:
                     log.warning(
