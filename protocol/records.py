@@ -49,9 +49,11 @@ Writing is uncompressed only (all rallypoint writes); reading handles every Kafk
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
+import types
 from collections.abc import Iterator, Sequence
 from typing import Any, Final, Literal, NamedTuple, overload
 
@@ -60,6 +62,16 @@ from .crc import crc32c
 from .wire import I16 as _I16
 from .wire import I32 as _I32
 from .wire import read_varint, write_varint
+
+# The produce check's walk compiled from protocol/_recwalk.pyx, when the install could build it
+# (docs/data-plane.md, "Checking produced records"); None: the pure-Python walk does all of it.
+_compiled: types.ModuleType | None
+try:
+    from . import _recwalk
+
+    _compiled = _recwalk
+except ImportError:  # no C compiler at install, or run from a source tree never built
+    _compiled = None
 
 MAGIC: Final = 2
 HEADER_SIZE: Final = 61  # bytes before the first record
@@ -552,8 +564,59 @@ def latest_record_times(
     (docs/data-plane.md)."""
     if every <= 0:
         raise ValueError("every must be positive")
-    walk: Iterator[tuple[int, int, int]] = _walk_records(records_payload(buf, h, max_uncompressed), h, False, every)
+    data = records_payload(buf, h, max_uncompressed)
+    if _compiled is not None and _use_compiled:
+        return _latest_compiled(data, h, every)
+    walk: Iterator[tuple[int, int, int]] = _walk_records(data, h, False, every)
     return walk
+
+
+# Tests switch the compiled walk off to compare it with the reference (:func:`compiled_walk`).
+_use_compiled = True
+
+
+@contextlib.contextmanager
+def compiled_walk(enabled: bool) -> Iterator[None]:
+    """Within the block, :func:`latest_record_times` uses the compiled walk (when built) only if
+    ``enabled``: the tests run both on the same bytes."""
+    global _use_compiled
+    before, _use_compiled = _use_compiled, enabled
+    try:
+        yield
+    finally:
+        _use_compiled = before
+
+
+def _latest_compiled(data: bytes, h: BatchHeader, every: int) -> Iterator[tuple[int, int, int]]:
+    """:func:`latest_record_times` with each slice of ``every`` records walked by the compiled
+    walk (``protocol/_recwalk.pyx``), which answers only for records the reference accepts.
+    When it does not answer, the reference walks the batch from its start, and yields only what
+    this has not yielded yet: it words the error, or accepts what the compiled walk left to it."""
+    assert _compiled is not None
+    walk_times = _compiled.walk_times
+    n = len(data)
+    count = h.record_count
+    done = pos = yielded = 0
+    best_ts = best_delta = -1
+    log_append = bool(h.attributes & ATTR_LOG_APPEND_TIME)
+    if 0 <= count <= n // MIN_RECORD_SIZE:
+        while done < count:
+            step = min(every, count - done)
+            walked = walk_times(data, pos, step, h.base_timestamp, log_append, h.max_timestamp, best_ts, best_delta)
+            if walked is None:
+                break
+            pos, best_ts, best_delta = walked
+            done += step
+            if done == count and pos != n:
+                break  # bytes after the last record: the reference words it
+            yielded = done
+            yield done, best_ts, best_delta
+        else:
+            if pos == n:
+                return
+    for item in _walk_records(data, h, False, every):
+        if item[0] > yielded:
+            yield item
 
 
 @overload
