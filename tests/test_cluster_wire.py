@@ -48,6 +48,12 @@ def test_metadata_and_find_coordinator_name_every_node(b: BrokerProcess) -> None
             ]
             assert sorted(leaders) == [1, 1, 2, 2, 3, 3]
             assert all(leaders[i] % 3 + 1 == leaders[(i + 1) % 6] for i in range(6))  # round-robin
+            # DescribeTopicPartitions names the same leader and replicas as Metadata, on every node
+            body = {"topics": [{"name": "mw"}], "response_partition_limit": 100, "cursor": None}
+            dtp = d(c.call(75, 0, body))["topics"][0]["partitions"]
+            assert [(p["leader_id"], p["replica_nodes"], p["isr_nodes"]) for p in dtp] == [
+                (leader, [leader], [leader]) for leader in leaders
+            ]
             assert r["topics"][0]["error_code"] in (0, E.TOPIC_ALREADY_EXISTS)
             for want in (1, 2, 3):
                 g = group_on(want)

@@ -5,7 +5,8 @@ every topic) sorted by name, unknown ones with UNKNOWN_TOPIC_OR_PARTITION; at mo
 ``response_partition_limit`` partitions in all (capped by
 ``max.request.partition.size.limit``), continued from ``cursor``; when partitions are left,
 ``next_cursor`` says where the next request starts.  A cursor on a topic the request does not
-name is INVALID_REQUEST.  One replica per partition (this broker), no eligible leader replicas.
+name is INVALID_REQUEST.  Each partition as Metadata describes it (its leader the only replica;
+in a cluster of several nodes, the partition's own leader), no eligible leader replicas.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
 from ..topics.store import INTERNAL_TOPICS
+from .metadata import partition_entry
 
 API_KEY = 75
 
@@ -30,6 +32,7 @@ ZERO_ID: Final = uuid.UUID(int=0)
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     store = ctx.broker.topics
     node = ctx.broker.node_id
+    cluster = ctx.broker.cluster
     limit = max(1, min(int(request.response_partition_limit), ctx.broker.config["max.request.partition.size.limit"]))
     named = sorted({t.name for t in request.topics})
     names = named if named else sorted(t.name for t in store.all())
@@ -64,17 +67,7 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 "topic_id": topic.topic_id,
                 "is_internal": topic.is_internal,
                 "partitions": [
-                    {
-                        "error_code": ErrorCode.NONE,
-                        "partition_index": p,
-                        "leader_id": node,
-                        "leader_epoch": 0,
-                        "replica_nodes": [node],
-                        "isr_nodes": [node],
-                        "eligible_leader_replicas": [],
-                        "last_known_elr": [],
-                        "offline_replicas": [],
-                    }
+                    {**partition_entry(cluster, node, name, p), "eligible_leader_replicas": [], "last_known_elr": []}
                     for p in range(first, last)
                 ],
                 "topic_authorized_operations": TOPIC_OPERATIONS,

@@ -99,10 +99,22 @@ def _cache_key(ctx: RequestContext, names: tuple[str, ...] | None, allow_auto: b
     )
 
 
-def _partition_entry(cluster: Cluster, topic: str, p: int) -> dict[str, Any]:
-    """One partition of a cluster of several nodes (docs/cluster.md, "Leadership"): no
-    replication, so the leader is the only replica; a partition whose node is offline has no
-    leader (LEADER_NOT_AVAILABLE, Kafka's answer for a partition without a live leader)."""
+def partition_entry(cluster: Cluster, node: int, topic: str, p: int) -> dict[str, Any]:
+    """One partition as Metadata describes it (and DescribeTopicPartitions, which adds the
+    eligible-leader lists), answered by ``node``.  No replication, so the leader is the only
+    replica; in a cluster of several nodes (docs/cluster.md, "Leadership") a partition whose
+    node is offline has no leader (LEADER_NOT_AVAILABLE, Kafka's answer for a partition
+    without a live leader)."""
+    if cluster.single:
+        return {
+            "error_code": ErrorCode.NONE,
+            "partition_index": p,
+            "leader_id": node,
+            "leader_epoch": 0,
+            "replica_nodes": [node],
+            "isr_nodes": [node],
+            "offline_replicas": [],
+        }
     leader = cluster.leader(topic, p)
     if leader is None:
         home = cluster.preferred(topic, p)
@@ -131,24 +143,10 @@ async def topic_entry(ctx: RequestContext, topic: Topic, slicer: Slicer) -> dict
     cluster = ctx.broker.cluster
     partitions: list[dict[str, Any]] = []
     for first in range(0, topic.num_partitions, _PARTITIONS_PER_TICK):
-        if cluster.single:
-            partitions.extend(
-                {
-                    "error_code": ErrorCode.NONE,
-                    "partition_index": p,
-                    "leader_id": node,
-                    "leader_epoch": 0,
-                    "replica_nodes": [node],
-                    "isr_nodes": [node],
-                    "offline_replicas": [],
-                }
-                for p in range(first, min(first + _PARTITIONS_PER_TICK, topic.num_partitions))
-            )
-        else:
-            partitions.extend(
-                _partition_entry(cluster, topic.name, p)
-                for p in range(first, min(first + _PARTITIONS_PER_TICK, topic.num_partitions))
-            )
+        partitions.extend(
+            partition_entry(cluster, node, topic.name, p)
+            for p in range(first, min(first + _PARTITIONS_PER_TICK, topic.num_partitions))
+        )
         await slicer.tick()
     return {
         "error_code": ErrorCode.NONE,
