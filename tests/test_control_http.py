@@ -63,12 +63,20 @@ def test_an_explicit_control_port_that_is_taken_stops_the_broker(broker_factory:
 
 def test_the_default_control_port_taken_falls_back_to_a_free_one(broker_factory: Callable[..., BrokerProcess]) -> None:
     blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker binds: past TIME_WAIT
     try:
-        try:
-            blocker.bind(("127.0.0.1", 9644))
-            blocker.listen()
-        except OSError:
-            pass  # someone else holds 9644 already: the broker must fall back just the same
+        # Hold 9644 ourselves: a broker of a test running beside this one may hold it only for a
+        # moment (every broker started without a control port tries 9644 first), and could
+        # release it before the broker below binds.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                blocker.bind(("127.0.0.1", 9644))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "127.0.0.1:9644 stayed taken for 30 s"
+                time.sleep(0.05)
+        blocker.listen()
         b = broker_factory()
         url = control_url(b)
         assert not url.endswith(":9644")
