@@ -191,6 +191,59 @@ async def test_group_commit_shares_fsyncs_and_every_append_is_durable_when_it_re
     assert not late, f"appends {late[:5]} returned before their batch was fsynced"
 
 
+async def test_group_commit_spans_partitions_and_every_append_is_durable_when_it_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 20 committers, each on its own partition, at once: their fdatasyncs go to the I/O threads
+    # in shared rounds (one trip for all the partitions written meanwhile), not one trip each.
+    synced = _synced_sizes(monkeypatch, latency_s=0.004)
+    log = make_log(tmp_path, num_partitions=20, flush="always")
+    await log.start()
+    synced_at_ack: dict[int, int] = {}
+
+    async def committer(p: int) -> None:
+        await log.append(p, [commit(f"g{p}", "t", 0, p)])
+        seg = str(partition_dir(tmp_path, p) / "00000000000000000000.log")
+        synced_at_ack[p] = synced.get(seg, 0)
+
+    rounds_before = log.sync_rounds
+    await asyncio.gather(*(committer(p) for p in range(20)))
+    rounds = log.sync_rounds - rounds_before
+    await log.stop()
+    assert 1 <= rounds <= 2, f"{rounds} sync rounds for 20 partitions written at once"
+    for p in range(20):
+        [batch] = list(iter_file_batches(partition_dir(tmp_path, p) / "00000000000000000000.log"))
+        assert synced_at_ack[p] >= batch.header.end, f"partition {p} answered before its fsync"
+
+
+async def test_a_failed_fsync_in_a_shared_round_poisons_only_its_partition(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = make_log(tmp_path, num_partitions=4, flush="always")
+    await log.start()
+    for p in range(4):
+        await log.append(p, [commit(f"g{p}", "t", 0, 1)])
+    bad = os.path.realpath(partition_dir(tmp_path, 2))
+    real = offsets_log_mod._fdatasync
+
+    def sync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").startswith(bad + os.sep):
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(offsets_log_mod, "_fdatasync", sync)
+    results = await asyncio.gather(
+        *(log.append(p, [commit(f"g{p}", "t", 0, 2)]) for p in range(4)), return_exceptions=True
+    )
+    assert [isinstance(r, PersistError) for r in results] == [False, False, True, False]
+    assert "Input/output" in str(results[2])
+    monkeypatch.setattr(offsets_log_mod, "_fdatasync", real)
+    with pytest.raises(PersistError, match="failed earlier"):
+        await log.append(2, [commit("g2", "t", 0, 3)])
+    await log.append(3, [commit("g3", "t", 0, 3)])  # the others go on
+    await log.stop()
+
+
 async def test_group_commit_off_syncs_every_append(tmp_path: Path) -> None:
     log = make_log(tmp_path, num_partitions=1, flush="always", group_commit=False)
     await log.start()

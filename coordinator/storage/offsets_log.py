@@ -11,13 +11,17 @@ What it offers its user (the groups runtime; this package imports nothing of it)
   offsets)`` (the groups runtime's ``load``) once per partition.
 
 Write path.  Each partition has a queue and a writer task.  The writer takes *everything*
-queued (group commit), assigns offsets, and hands the batches to an I/O thread which writes
-them with one ``write`` and, for ``flush=always``, one ``fdatasync``; then every waiter of that
-round is released.  Appends that arrive while a round is on disk form the next round, so N
-concurrent committers cost far fewer than N fsyncs.  ``group_commit=False`` (for the benchmark)
-writes and syncs one append per round.  ``flush=interval`` releases waiters after the write and
-fsyncs every ``rallypoint.offsets.flush.interval.ms``; ``flush=never`` leaves it to the OS.  In
-every mode a segment is fsynced before it is rolled, and all files are fsynced on stop.
+queued (group commit), assigns offsets, and writes the batches with one ``write`` (into the page
+cache: microseconds, so in the event loop).  For ``flush=always`` it then joins the next *sync
+round*, shared by every partition: one trip to the I/O threads fdatasyncs each partition
+written since the last round, and releases all their waiters.  Appends that arrive while a
+round is on disk form the next one, so N concurrent committers, on one partition or on many,
+cost one trip and one fdatasync per partition per round, not one per commit
+(docs/offsets-log-format.md, "Writing and durability").  ``group_commit=False`` (for the
+benchmark) writes and syncs one append per round, in an I/O thread.  ``flush=interval``
+releases waiters after the write and fsyncs every ``rallypoint.offsets.flush.interval.ms``;
+``flush=never`` leaves it to the OS.  In every mode a segment is fsynced before it is rolled,
+and all files are fsynced on stop.
 
 A failed write is rolled back (the file truncated to its previous size) and reported to the
 round's waiters; a failed fsync poisons the partition (its page-cache state is unknown, as
@@ -179,10 +183,17 @@ class OffsetsLog:
         self._started = False
         self._lock_fd: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # flush=always: the partitions waiting for the next sync round (index -> partition and
+        # the descriptor written), the future that round resolves, and whether one is on disk
+        self._sync_next: dict[int, tuple[_Partition, int]] = {}
+        self._sync_done: asyncio.Future[dict[int, str]] | None = None
+        self._sync_running = False
+        self._sync_tasks: set[asyncio.Task[None]] = set()
         # counters (tests and benchmarks read them)
         self.fsyncs = 0
         self.appends = 0
         self.rounds = 0
+        self.sync_rounds = 0  # flush=always with group commit: trips to the I/O threads to sync
         self.cleanings = 0
         self._counter_lock = threading.Lock()
         # test hook: called by the cleaner at its crash points (see cleaner.py)
@@ -490,7 +501,14 @@ class OffsetsLog:
             sync = self.flush == "always"
             part.writing = True
             try:
-                if sync:
+                if sync and self.group_commit:
+                    self._write_round(part, plan, False)
+                    assert part.fd is not None
+                    failed = await self._synced(part, part.fd)
+                    if failed is not None:
+                        raise OSError(failed)
+                    part.unsynced = False
+                elif sync:
                     await loop.run_in_executor(self._io, self._write_round, part, plan, sync)
                 else:
                     # No fsync to wait for: a write into the page cache takes microseconds, less
@@ -508,6 +526,64 @@ class OffsetsLog:
             for p in taken:
                 if not p.future.done():
                     p.future.set_result(None)
+
+    async def _synced(self, part: _Partition, fd: int) -> str | None:
+        """Wait for the sync round that fdatasyncs ``fd`` (``part``'s active file, just written):
+        None once it is on disk, else why not (the partition is then poisoned)."""
+        if self._sync_done is None:
+            self._sync_done = asyncio.get_running_loop().create_future()
+        done = self._sync_done
+        self._sync_next[part.index] = (part, fd)
+        if not self._sync_running:
+            # Started after this loop iteration: every writer that runs in it joins this round.
+            self._sync_running = True
+            asyncio.get_running_loop().call_soon(self._start_sync_round)
+        return (await asyncio.shield(done)).get(part.index)
+
+    def _start_sync_round(self) -> None:
+        members, done = list(self._sync_next.values()), self._sync_done
+        self._sync_next, self._sync_done = {}, None
+        if done is None or not members:
+            self._sync_running = False
+            return
+        task = asyncio.get_running_loop().create_task(self._sync_round(members, done), name="offsets-sync")
+        self._sync_tasks.add(task)  # a reference until it is done
+        task.add_done_callback(self._sync_tasks.discard)
+
+    async def _sync_round(self, members: list[tuple[_Partition, int]], done: asyncio.Future[dict[int, str]]) -> None:
+        assert self._io is not None
+        self.sync_rounds += 1
+        loop = asyncio.get_running_loop()
+        # The partitions split over the I/O threads: concurrent fdatasyncs share the file
+        # system's journal commits (on ext4, 50 files in about half the time of one by one).
+        k = min(self.io_threads, len(members))
+        try:
+            failed: dict[int, str] = {}
+            for part_failed in await asyncio.gather(
+                *(loop.run_in_executor(self._io, self._sync_fds, members[i::k]) for i in range(k))
+            ):
+                failed.update(part_failed)
+        except BaseException as e:  # never leave waiters hanging (stop cancels tasks: writers wait first)
+            failed = {part.index: f"sync round failed: {e!r}" for part, _fd in members}
+        done.set_result(failed)
+        if self._sync_next:
+            self._start_sync_round()
+        else:
+            self._sync_running = False
+
+    def _sync_fds(self, members: list[tuple[_Partition, int]]) -> dict[int, str]:
+        """fdatasync each member's file; runs in an I/O thread.  A failure poisons that partition
+        only (its page-cache state is unknown); the others of the round are unaffected."""
+        failed: dict[int, str] = {}
+        for part, fd in members:
+            try:
+                _fdatasync(fd)
+            except OSError as e:
+                part.failed = f"fsync failed: {e}"
+                failed[part.index] = part.failed
+                continue
+            self._count_fsync()
+        return failed
 
     @staticmethod
     def _fail(taken: list[_Pending], err: PersistError) -> None:
