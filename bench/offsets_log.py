@@ -89,8 +89,10 @@ def durable(
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def _e2e(host: str, port: int, connections: int, seconds: float, same_partition: bool) -> float:
-    """OffsetCommit v8 requests/s (one partition each, simple groups) over ``connections``."""
+async def _e2e(
+    host: str, port: int, connections: int, seconds: float, same_partition: bool, partitions: int = 1
+) -> float:
+    """OffsetCommit v8 requests/s (``partitions`` partitions each, simple groups) over ``connections``."""
     from bench.loadgen import Conn
 
     conns = [await Conn.open(host, port) for _ in range(connections)]
@@ -110,12 +112,17 @@ async def _e2e(host: str, port: int, connections: int, seconds: float, same_part
                 "generation_id_or_member_epoch": -1,
                 "member_id": "",
                 "group_instance_id": None,
-                "topics": [{"name": "e2e", "partitions": [{"partition_index": 0, "committed_offset": n}]}],
+                "topics": [
+                    {
+                        "name": "e2e",
+                        "partitions": [{"partition_index": p, "committed_offset": n} for p in range(partitions)],
+                    }
+                ],
             }
             r = await c.call(8, 8, body)
-            err = int(r.topics[0].partitions[0].error_code)
-            if err:
-                raise RuntimeError(f"OffsetCommit error {err}")
+            for part in r.topics[0].partitions:
+                if int(part.error_code):
+                    raise RuntimeError(f"OffsetCommit error {int(part.error_code)}")
             done[0] += 1
 
     t0 = time.perf_counter()
@@ -127,15 +134,16 @@ async def _e2e(host: str, port: int, connections: int, seconds: float, same_part
     return done[0] / (time.perf_counter() - t0)
 
 
-def end_to_end(connections: int, seconds: float, same_partition: bool) -> float:
-    """Durable OffsetCommit requests/s through a broker process (flush=always)."""
+def end_to_end(connections: int, seconds: float, same_partition: bool, partitions: int = 1) -> float:
+    """Durable OffsetCommit requests/s through a broker process (flush=always), each request
+    committing ``partitions`` partitions of one topic."""
     from bench.common import rallypoint
     from tests.support import WireClient, create_topic
 
     with rallypoint({"rallypoint.offsets.flush": "always"}) as ep:
         with WireClient(ep.host, ep.port) as c:
-            create_topic(c, "e2e")
-        return asyncio.run(_e2e(ep.host, ep.port, connections, seconds, same_partition))
+            create_topic(c, "e2e", partitions)
+        return asyncio.run(_e2e(ep.host, ep.port, connections, seconds, same_partition, partitions))
 
 
 def _write_partition(pdir: Path, mib: int, keys: int, segment_bytes: int) -> int:
@@ -227,6 +235,12 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         name = f"durable OffsetCommit requests/s through the broker, {conns} connection(s), {where}"
         print(f"{name}: {e2e['median']:,.0f}/s", flush=True)
         rows.append({"name": name, "unit": "requests/s", "stats": e2e})
+    # A consumer commits every partition it owns in one request: the durable partition-commits/s.
+    per = 10
+    pc = summarize([per * end_to_end(50, seconds, False, per) for _ in range(runs)])
+    name = f"durable partition-commits/s through the broker, 50 connections, {per} partitions per OffsetCommit"
+    print(f"{name}: {pc['median']:,.0f}/s", flush=True)
+    rows.append({"name": name, "unit": "partition-commits/s", "stats": pc})
     mib = 20 if quick else 100
     rc = [replay_and_compaction(mib) for _ in range(runs)]
     rows.append(
