@@ -117,15 +117,19 @@ def side_by_side(
     *,
     rallypoint_config: dict[str, str] | None = None,
     higher_is_better: bool = True,
+    warmup: int = 0,
 ) -> dict[str, Any]:
     """One side-by-side row: ``measure`` ``runs`` times against a fresh rallypoint (with
-    ``rallypoint_config``) and a fresh librdkafka mock; the ratio is how many times better
-    rallypoint did (nan, and the failures in ``note``, when either broker failed)."""
+    ``rallypoint_config``) and a fresh librdkafka mock, after ``warmup`` runs whose figures are
+    discarded (each broker alike); the ratio is how many times better rallypoint did (nan, and
+    the failures in ``note``, when either broker failed)."""
     per_broker: dict[str, dict[str, float]] = {}
     failures: list[str] = []
     for starter in (lambda: rallypoint(rallypoint_config), mock_peer):
         try:
             with starter() as ep:
+                for _ in range(warmup):
+                    measure(ep)
                 per_broker[ep.name] = repeat(lambda: measure(ep), runs)
         except Exception as e:  # one broker failing a measurement must not hide the other
             failures.append(f"{name}: {type(e).__name__}: {e}")
