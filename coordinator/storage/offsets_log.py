@@ -184,10 +184,9 @@ class OffsetsLog:
         self._started = False
         self._lock_fd: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        # flush=always: the partitions waiting for the next sync round (index -> partition and
-        # the descriptor written), the future that round resolves, and whether one is on disk
-        self._sync_next: dict[int, tuple[_Partition, int]] = {}
-        self._sync_done: asyncio.Future[dict[int, str]] | None = None
+        # flush=always: the partitions waiting for the next sync round (the partition, the
+        # descriptor written, the future its writer waits on), and whether a round is on disk
+        self._sync_next: list[tuple[_Partition, int, asyncio.Future[str | None]]] = []
         self._sync_running = False
         # counters (tests and benchmarks read them)
         self.fsyncs = 0
@@ -530,20 +529,18 @@ class OffsetsLog:
     async def _synced(self, part: _Partition, fd: int) -> str | None:
         """Wait for the sync round that fdatasyncs ``fd`` (``part``'s active file, just written):
         None once it is on disk, else why not (the partition is then poisoned)."""
-        if self._sync_done is None:
-            self._sync_done = asyncio.get_running_loop().create_future()
-        done = self._sync_done
-        self._sync_next[part.index] = (part, fd)
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[str | None] = loop.create_future()
+        self._sync_next.append((part, fd, waiter))
         if not self._sync_running:
             # Started after this loop iteration: every writer that runs in it joins this round.
             self._sync_running = True
-            asyncio.get_running_loop().call_soon(self._start_sync_round)
-        return (await asyncio.shield(done)).get(part.index)
+            loop.call_soon(self._start_sync_round)
+        return await waiter
 
     def _start_sync_round(self) -> None:
-        members, done = list(self._sync_next.values()), self._sync_done
-        self._sync_next, self._sync_done = {}, None
-        if done is None or not members:
+        members, self._sync_next = self._sync_next, []
+        if not members:
             self._sync_running = False
             return
         assert self._io is not None
@@ -553,25 +550,29 @@ class OffsetsLog:
         # system's journal commits (on ext4, 50 files in about half the time of one by one).
         # Plain callbacks, no task: a round of one partition costs one trip and little more.
         k = min(self.io_threads, len(members))
-        failed: dict[int, str] = {}
         left = [k]
 
         def finished(fut: asyncio.Future[dict[int, str]], chunk: list[tuple[_Partition, int]]) -> None:
             try:
-                failed.update(fut.result())
+                failed = fut.result()
             except BaseException as e:  # never leave waiters hanging
-                failed.update({part.index: f"sync round failed: {e!r}" for part, _fd in chunk})
+                failed = {part.index: f"sync round failed: {e!r}" for part, _fd in chunk}
+            for part, _fd, waiter in members:
+                if part.index in failed and not waiter.done():
+                    waiter.set_result(failed[part.index])
             left[0] -= 1
             if left[0]:
                 return
-            done.set_result(failed)
+            for _part, _fd, waiter in members:
+                if not waiter.done():
+                    waiter.set_result(None)
             if self._sync_next:
                 self._start_sync_round()
             else:
                 self._sync_running = False
 
         for i in range(k):
-            chunk = members[i::k]
+            chunk = [(part, fd) for part, fd, _waiter in members[i::k]]
             fut = loop.run_in_executor(self._io, self._sync_fds, chunk)
             fut.add_done_callback(partial(finished, chunk=chunk))
 
