@@ -167,10 +167,13 @@ changed (before/after figures are the side-by-side rows of this document's histo
    trip per partition; now the writes go to the page cache from the event loop and every
    partition written meanwhile joins one shared sync round, its fdatasyncs spread over the I/O
    threads (concurrent fdatasyncs share ext4's journal commits: 50 files in 1.5 ms instead of
-   3 ms one by one). Same hour, before → after, through the broker with 50 connections: 50
-   `__consumer_offsets` partitions 2.4k → 2.7--3.7k requests/s, one partition 4.2k → 5--7.6k;
-   with 10 partitions per OffsetCommit 13--16k → 17--25k partition-commits/s. The log alone,
-   200 committers on 50 partitions: 19--23k → 24--26k commits/s.
+   3 ms one by one); a partition written while no other is syncing still writes and syncs in
+   one trip of its own, so a lone committer keeps its latency. Same hour, interleaved, before →
+   after, through the broker with 50 connections: 50 `__consumer_offsets` partitions 2.4--2.7k
+   → 2.7--3.7k requests/s; with 10 partitions per OffsetCommit 13--16k → 17--25k
+   partition-commits/s. The log alone, 200 committers on 50 partitions: 12--16k → 18--21k
+   commits/s in one interleaved pair of runs, 19--23k → 24--26k in another; one committer:
+   unchanged within the noise (3.1--4.0k).
 14. **produce→consume has one discarded warm-up run per broker** (`bench/compare.py`): the
    first run against a fresh broker was 2--3 times slower than the next, for the mock too
    (mostly the client's first use of its connections, metadata and buffers; the broker's own

@@ -17,11 +17,12 @@ round*, shared by every partition: one trip to the I/O threads fdatasyncs each p
 written since the last round, and releases all their waiters.  Appends that arrive while a
 round is on disk form the next one, so N concurrent committers, on one partition or on many,
 cost one trip and one fdatasync per partition per round, not one per commit
-(docs/offsets-log-format.md, "Writing and durability").  ``group_commit=False`` (for the
-benchmark) writes and syncs one append per round, in an I/O thread.  ``flush=interval``
-releases waiters after the write and fsyncs every ``rallypoint.offsets.flush.interval.ms``;
-``flush=never`` leaves it to the OS.  In every mode a segment is fsynced before it is rolled,
-and all files are fsynced on stop.
+(docs/offsets-log-format.md, "Writing and durability").  A round written while no other
+partition is syncing or waiting is written and synced in one trip of its own.
+``group_commit=False`` (for the benchmark) writes and syncs one append per round, in an I/O
+thread.  ``flush=interval`` releases waiters after the write and fsyncs every
+``rallypoint.offsets.flush.interval.ms``; ``flush=never`` leaves it to the OS.  In every mode a
+segment is fsynced before it is rolled, and all files are fsynced on stop.
 
 A failed write is rolled back (the file truncated to its previous size) and reported to the
 round's waiters; a failed fsync poisons the partition (its page-cache state is unknown, as
@@ -188,6 +189,7 @@ class OffsetsLog:
         # descriptor written, the future its writer waits on), and whether a round is on disk
         self._sync_next: list[tuple[_Partition, int, asyncio.Future[str | None]]] = []
         self._sync_running = False
+        self._lone_syncs = 0  # writes synced on their own, in their own trip (none else waiting)
         # counters (tests and benchmarks read them)
         self.fsyncs = 0
         self.appends = 0
@@ -500,7 +502,8 @@ class OffsetsLog:
             sync = self.flush == "always"
             part.writing = True
             try:
-                if sync and self.group_commit:
+                if sync and self.group_commit and (self._sync_running or self._sync_next or self._lone_syncs):
+                    # Other partitions are being synced or about to be: join their round.
                     self._write_round(part, plan, False)
                     assert part.fd is not None
                     failed = await self._synced(part, part.fd)
@@ -508,7 +511,13 @@ class OffsetsLog:
                         raise OSError(failed)
                     part.unsynced = False
                 elif sync:
-                    await loop.run_in_executor(self._io, self._write_round, part, plan, sync)
+                    # Alone (or group_commit=False): write and sync in one trip to an I/O thread;
+                    # partitions written meanwhile form a sync round.
+                    self._lone_syncs += 1
+                    try:
+                        await loop.run_in_executor(self._io, self._write_round, part, plan, sync)
+                    finally:
+                        self._lone_syncs -= 1
                 else:
                     # No fsync to wait for: a write into the page cache takes microseconds, less
                     # than the hop to an I/O thread and back, so do it here.
