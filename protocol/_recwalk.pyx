@@ -37,6 +37,19 @@ cdef inline bint _varint(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t 
     return False
 
 
+cdef inline bint _skip_bytes(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end) noexcept:
+    """A varint length and that many bytes (a negative length: null, nothing follows), all
+    before ``end``; False when they are not."""
+    cdef int64_t size
+    if not _varint(data, pos, end, 5, &size):
+        return False
+    if size > 0:
+        if size > end - pos[0]:
+            return False
+        pos[0] += size
+    return True
+
+
 def walk_times(const unsigned char[:] data, Py_ssize_t pos, Py_ssize_t records, int64_t base_ts,
                bint log_append_time, int64_t max_timestamp, int64_t best_ts, int64_t best_delta):
     """Walk ``records`` records from ``pos``: (position after them, the latest timestamp among
@@ -48,7 +61,7 @@ def walk_times(const unsigned char[:] data, Py_ssize_t pos, Py_ssize_t records, 
         return None
     cdef const unsigned char *buf = &data[0]
     cdef Py_ssize_t end, p
-    cdef int64_t length, ts_delta, off_delta, klen, vlen, nheaders, hklen, hvlen, ts
+    cdef int64_t length, ts_delta, off_delta, nheaders, hklen, ts
     cdef Py_ssize_t i, j
     for i in range(records):
         p = pos
@@ -63,18 +76,10 @@ def walk_times(const unsigned char[:] data, Py_ssize_t pos, Py_ssize_t records, 
             return None
         if not _varint(buf, &p, end, 5, &off_delta):
             return None
-        if not _varint(buf, &p, end, 5, &klen):
+        if not _skip_bytes(buf, &p, end):  # key
             return None
-        if klen > 0:
-            if klen > end - p:
-                return None
-            p += klen
-        if not _varint(buf, &p, end, 5, &vlen):
+        if not _skip_bytes(buf, &p, end):  # value
             return None
-        if vlen > 0:
-            if vlen > end - p:
-                return None
-            p += vlen
         if not _varint(buf, &p, end, 5, &nheaders):
             return None
         if nheaders < 0 or nheaders > end - p:
@@ -85,12 +90,8 @@ def walk_times(const unsigned char[:] data, Py_ssize_t pos, Py_ssize_t records, 
             if hklen < 0 or hklen > end - p:
                 return None
             p += hklen
-            if not _varint(buf, &p, end, 5, &hvlen):
+            if not _skip_bytes(buf, &p, end):  # header value
                 return None
-            if hvlen > 0:
-                if hvlen > end - p:
-                    return None
-                p += hvlen
         if p != end:
             return None
         if log_append_time:
