@@ -1,5 +1,8 @@
 # Types of the compiled record walk (protocol/_recwalk.pyx), for mypy.
 
+import mmap
+from collections.abc import Callable
+
 def walk_times(
     data: bytes,
     pos: int,
@@ -10,3 +13,11 @@ def walk_times(
     best_ts: int,
     best_delta: int,
 ) -> tuple[int, int, int] | None: ...
+def scan_offsets_batches(
+    segment: bytes | bytearray | memoryview | mmap.mmap,
+    pos: int,
+    expected: int,
+    last: dict[bytes, tuple[int, int, bytes | None, bool]],
+    others: list[tuple[int, bytes, bytes | None]],
+    crc: Callable[[memoryview], int],
+) -> tuple[int, int, int, int]: ...

@@ -11,6 +11,7 @@ cautious to.  Every read is checked against the record's end before it is made, 
 reads outside the buffer (tests/test_record_walk.py runs both on valid and corrupted bytes).
 """
 
+from cpython.bytes cimport PyBytes_FromStringAndSize
 from libc.stdint cimport int64_t, uint64_t, INT64_MAX, INT64_MIN
 
 
@@ -105,3 +106,154 @@ def walk_times(const unsigned char[:] data, Py_ssize_t pos, Py_ssize_t records, 
             best_delta = off_delta
         pos = end
     return pos, best_ts, best_delta
+
+
+# --- the replay scan of __consumer_offsets segments ---------------------------------------------
+#
+# The reference is the recovery path of coordinator/storage/segments.py (``SegmentReader``:
+# ``read_header`` and ``decode_records`` per batch) feeding ``StateBuilder.add`` in
+# coordinator/storage/loader.py.  This takes only batches that path accepts and that the loader
+# treats alike: v2, complete, CRC correct, counts and deltas not negative, base offset not below
+# the expected one, uncompressed, neither transactional nor control, every record with a key of
+# at least two bytes and no headers, the records filling the batch exactly.  It stops before the
+# first batch that is anything else; the reference reads that batch (and words its error).
+
+cdef inline int64_t _be(const unsigned char *p, int size) noexcept:
+    """A big-endian signed integer of ``size`` (2, 4 or 8) bytes."""
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(size):
+        v = (v << 8) | p[i]
+    if size < 8 and (v >> (8 * size - 1)) & 1:
+        v |= (<uint64_t>-1) << (8 * size)
+    return <int64_t>v
+
+
+cdef inline bint _plain_record(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t n, int64_t *off_delta,
+                               Py_ssize_t *kpos, int64_t *klen, Py_ssize_t *vpos, int64_t *vlen) noexcept:
+    """One record from ``pos`` (as ``_walk_records`` frames it) with a key of two bytes or more
+    and no headers; False when it is not one."""
+    cdef Py_ssize_t p = pos[0]
+    cdef Py_ssize_t end
+    cdef int64_t length, ts_delta
+    if not _varint(buf, &p, n, 9, &length):
+        return False
+    if length < 6 or length > n - p:
+        return False
+    end = p + length
+    p += 1  # attributes
+    if not _varint(buf, &p, end, 9, &ts_delta):
+        return False
+    if not _varint(buf, &p, end, 5, off_delta):
+        return False
+    if not _varint(buf, &p, end, 5, klen):
+        return False
+    if klen[0] < 2 or klen[0] > end - p:
+        return False
+    kpos[0] = p
+    p += klen[0]
+    if not _varint(buf, &p, end, 5, vlen):
+        return False
+    vpos[0] = p
+    if vlen[0] > 0:
+        if vlen[0] > end - p:
+            return False
+        p += vlen[0]
+    if p >= end or buf[p] != 0:  # header count: none
+        return False
+    p += 1
+    if p != end:
+        return False
+    pos[0] = end
+    return True
+
+
+def scan_offsets_batches(object segment, Py_ssize_t pos, int64_t expected, dict last, list others, object crc):
+    """Scan the batches of ``segment`` (bytes or mmap) from ``pos`` while each is one the
+    loader's fast path takes (above).  A record whose key's version is 0, 1 or 2 (offset commit,
+    group metadata) sets ``last[key] = (offset, batch base offset, value or None, reset)``,
+    ``reset`` telling whether a tombstone of the key came before it (then the key is moved to the
+    end of ``last``, as a dict that pops tombstoned keys orders them); any other key appends
+    ``(offset, key, value)`` to ``others``.  ``crc`` is the CRC-32C function.
+
+    Returns (position after the last batch taken, the offset after it, batches, records); a
+    batch is taken whole or not at all."""
+    cdef const unsigned char[:] data = segment
+    cdef Py_ssize_t n = data.shape[0]
+    cdef const unsigned char *buf
+    cdef Py_ssize_t size, end, p, rp, kpos, vpos, i
+    cdef int64_t base_offset, batch_length, count, last_delta, off_delta, klen, vlen, offset
+    cdef int attributes, version
+    cdef uint64_t stored
+    cdef Py_ssize_t batches = 0, records = 0
+    if n == 0:
+        return pos, expected, 0, 0
+    buf = &data[0]
+    view = memoryview(segment)
+    try:
+        while pos >= 0 and n - pos >= 61:
+            base_offset = _be(buf + pos, 8)
+            batch_length = _be(buf + pos + 8, 4)
+            if batch_length < 49 or batch_length > n - pos - 12:
+                break
+            size = batch_length + 12
+            end = pos + size
+            if buf[pos + 16] != 2:  # magic
+                break
+            attributes = <int>_be(buf + pos + 21, 2)
+            if attributes & 0x07 or attributes & 0x30:  # compressed, transactional or control
+                break
+            last_delta = _be(buf + pos + 23, 4)
+            count = _be(buf + pos + 57, 4)
+            # offsets stay far inside 64 bits (a record's delta is a varint of at most 5 bytes)
+            if count < 0 or last_delta < 0 or base_offset < expected or base_offset > INT64_MAX - (<int64_t>1 << 40):
+                break
+            if count > (size - 61) // 7:
+                break
+            # every record first, without a side effect: the batch is taken whole or not at all
+            rp = pos + 61
+            for i in range(count):
+                if not _plain_record(buf, &rp, end, &off_delta, &kpos, &klen, &vpos, &vlen):
+                    break
+            else:
+                i = count
+            if i != count or rp != end:
+                break
+            stored = <uint64_t>_be(buf + pos + 17, 4) & 0xFFFFFFFF
+            piece = view[pos + 21 : end]
+            try:
+                if crc(piece) != stored:
+                    break
+            finally:
+                piece.release()
+            rp = pos + 61
+            for i in range(count):
+                _plain_record(buf, &rp, end, &off_delta, &kpos, &klen, &vpos, &vlen)
+                offset = base_offset + off_delta
+                key = PyBytes_FromStringAndSize(<const char *>buf + kpos, klen)
+                value = None if vlen < 0 else PyBytes_FromStringAndSize(<const char *>buf + vpos, vlen)
+                version = <int>_be(buf + kpos, 2)
+                if 0 <= version <= 2:
+                    # the 4th field: a tombstone of the key came before (the loader's dicts
+                    # then take the key anew, at the end: dict order as the reference's)
+                    prev = last.get(key)
+                    if value is None:
+                        if prev is not None:
+                            del last[key]
+                        last[key] = (offset, base_offset, None, True)
+                    elif prev is None:
+                        last[key] = (offset, base_offset, value, False)
+                    elif prev[2] is None:
+                        del last[key]
+                        last[key] = (offset, base_offset, value, True)
+                    else:
+                        last[key] = (offset, base_offset, value, prev[3])
+                else:
+                    others.append((offset, key, value))
+            records += count
+            batches += 1
+            expected = base_offset + last_delta + 1
+            pos = end
+    finally:
+        view.release()
+    return pos, expected, batches, records

@@ -54,7 +54,7 @@ import mmap
 import os
 import struct
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, Literal, NamedTuple, overload
 
 from . import compression
@@ -571,20 +571,31 @@ def latest_record_times(
     return walk
 
 
-# Tests switch the compiled walk off to compare it with the reference (:func:`compiled_walk`).
+# Tests switch the compiled walks off to compare them with the reference (:func:`compiled_walk`).
 _use_compiled = True
 
 
 @contextlib.contextmanager
 def compiled_walk(enabled: bool) -> Iterator[None]:
-    """Within the block, :func:`latest_record_times` uses the compiled walk (when built) only if
-    ``enabled``: the tests run both on the same bytes."""
+    """Within the block, the compiled walks (when built) are used only if ``enabled``: the
+    produce check's (:func:`latest_record_times`) and the offsets-log replay's
+    (:func:`compiled_offsets_scan`); the tests run both ways on the same bytes."""
     global _use_compiled
     before, _use_compiled = _use_compiled, enabled
     try:
         yield
     finally:
         _use_compiled = before
+
+
+def compiled_offsets_scan() -> Callable[..., tuple[int, int, int, int]] | None:
+    """The compiled scan of ``__consumer_offsets`` batches for replay (``scan_offsets_batches``
+    in ``protocol/_recwalk.pyx``; docs/offsets-log-format.md, "Recovery at start-up"), or None
+    when it was not built or is switched off."""
+    if _compiled is None or not _use_compiled:
+        return None
+    scan: Callable[..., tuple[int, int, int, int]] = _compiled.scan_offsets_batches
+    return scan
 
 
 def _latest_compiled(data: bytes, h: BatchHeader, every: int) -> Iterator[tuple[int, int, int]]:

@@ -57,12 +57,23 @@ class PartitionState:
     consumer_records: list[tuple[bytes, bytes | None]] = field(default_factory=list)
 
 
+class ReplayRedo(Exception):
+    """The compiled scan took a record whose key does not decode: the partition is replayed
+    again without it, so that the reference path counts and words every such record."""
+
+
 class StateBuilder:
     """Feed batches in log order with :meth:`add`, then take :meth:`result`.
 
     Values are kept as bytes and decoded once, in :meth:`result`: only the last value of each
     key is ever decoded.  Key bytes are decoded once per distinct key.  A last value that does
     not decode is counted in ``undecodable_records`` and its key left out.
+
+    It is also the :class:`~.segments.FastSink` of the compiled replay scan: the scan puts the
+    last record of each raw key in :attr:`last` (and the records of other key versions in
+    :attr:`others`), and they are folded into the state, in log order, before the next batch
+    :meth:`add` takes and before :meth:`result` (docs/offsets-log-format.md, "Recovery at
+    start-up").  A folded key that does not decode raises :class:`ReplayRedo`.
     """
 
     _KEY_CACHE_MAX = 1 << 20
@@ -74,6 +85,51 @@ class StateBuilder:
         self._offsets: dict[OffsetCommitKey, tuple[int, bytes]] = {}
         self._pending: dict[int, dict[OffsetCommitKey, tuple[int, bytes | None]]] = {}
         self._state = PartitionState()
+        # the compiled scan's sink (FastSink)
+        self.last: dict[bytes, tuple[int, int, bytes | None, bool]] = {}
+        self.others: list[tuple[int, bytes, bytes | None]] = []
+        self.fast_records = 0
+
+    def _fold(self) -> None:
+        """Apply what the compiled scan took since the last fold, as :meth:`add` would have:
+        everything here is newer than the state, and :attr:`last` holds each raw key's last
+        record in the order :meth:`add`'s dicts would hold the keys (a key tombstoned in the
+        meantime is taken anew, at the end).  Two raw keys that decode to one key (versions 0
+        and 1 of an offset commit key) raise :class:`ReplayRedo`: their order is the
+        reference's to work out."""
+        st = self._state
+        st.records += self.fast_records
+        self.fast_records = 0
+        last, others = self.last, self.others
+        self.last, self.others = {}, []
+        seen: set[OffsetCommitKey | str] = set()
+        for raw, (_offset, base, value, reset) in last.items():
+            key = self._key(raw)
+            if type(key) is OffsetCommitKey:
+                if key in seen:
+                    raise ReplayRedo(f"two raw keys for {key}")
+                seen.add(key)
+                if value is None or reset:
+                    self._offsets.pop(key, None)
+                if value is not None:
+                    self._offsets[key] = (base, value)
+            elif type(key) is GroupMetadataKey:
+                if key.group in seen:
+                    raise ReplayRedo(f"two raw keys for group {key.group!r}")
+                seen.add(key.group)
+                if value is None or reset:
+                    self._groups.pop(key.group, None)
+                if value is not None:
+                    self._groups[key.group] = value
+            else:
+                raise ReplayRedo(str(key))
+        for _offset, raw, value in others:
+            key = self._key(raw)
+            if type(key) is not UnknownKey:
+                raise ReplayRedo(str(key))
+            st.unknown_records += 1
+            if is_consumer_record_type(key.version) or is_share_record_type(key.version):
+                st.consumer_records.append((raw, value))
 
     def _bad(self, where: str, why: str) -> None:
         self._state.undecodable_records += 1
@@ -93,6 +149,8 @@ class StateBuilder:
         return key
 
     def add(self, batch: RecordBatch) -> None:
+        if self.fast_records:
+            self._fold()
         h = batch.header
         st = self._state
         st.records += len(batch.records)
@@ -139,6 +197,8 @@ class StateBuilder:
                 self._bad(f"offset {rec.offset}", str(key))
 
     def result(self) -> PartitionState:
+        if self.fast_records:
+            self._fold()
         st = self._state
         st.groups = {}
         for group, raw in self._groups.items():

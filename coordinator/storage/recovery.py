@@ -20,7 +20,7 @@ from rallypoint.protocol.offsets_schema import (
 )
 
 from .errors import OffsetsLogStartError
-from .loader import PartitionState, StateBuilder
+from .loader import PartitionState, ReplayRedo, StateBuilder
 from .segments import (
     CorruptLogError,
     RecoveryReport,
@@ -51,10 +51,23 @@ def replay_partition(
     pipeline's oracle, tools) pass ``stop_at_damage`` to get the state of the batches before it,
     with ``damage`` saying where it stopped and ``segments`` left empty.
     """
-    builder = StateBuilder()
     report = RecoveryReport()
     try:
-        segments = recover_partition(pdir, on_batch=builder.add, repair=repair, report=report)
+        return _replay(pdir, partition, repair, stop_at_damage, report, fast=True)
+    except ReplayRedo:
+        # a key the compiled scan took does not decode: the reference path reads every batch
+        # (what the first pass repaired is repaired and already in ``report``)
+        return _replay(pdir, partition, repair, stop_at_damage, report, fast=False)
+
+
+def _replay(
+    pdir: Path, partition: int, repair: bool, stop_at_damage: bool, report: RecoveryReport, *, fast: bool
+) -> PartitionReplay:
+    builder = StateBuilder()
+    try:
+        segments = recover_partition(
+            pdir, on_batch=builder.add, repair=repair, report=report, fast=builder if fast else None
+        )
     except CorruptLogError as e:
         if not stop_at_damage:
             raise

@@ -29,8 +29,9 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol
 
+from rallypoint.protocol.crc import crc32c
 from rallypoint.protocol.records import (
     LOG_OVERHEAD,
     CorruptBatchError,
@@ -39,6 +40,7 @@ from rallypoint.protocol.records import (
     RecordsError,
     TornBatchError,
     UnsupportedBatchError,
+    compiled_offsets_scan,
     decode_records,
     read_header,
 )
@@ -186,6 +188,19 @@ def torn_tail_reason(buf: bytes | mmap.mmap, pos: int) -> str | None:
     return None
 
 
+class FastSink(Protocol):
+    """Where the compiled replay scan puts the records of the batches it takes
+    (docs/offsets-log-format.md, "Recovery at start-up"; ``StateBuilder`` in loader.py)."""
+
+    # raw key of version 0-2 -> (record offset, batch base offset, value or None, whether a
+    # tombstone of the key came before): its last record; keys in the order a dict that pops a
+    # tombstoned key and takes it anew at its next value holds them
+    last: dict[bytes, tuple[int, int, bytes | None, bool]]
+    # (record offset, raw key, value) of every record with another key version, in log order
+    others: list[tuple[int, bytes, bytes | None]]
+    fast_records: int  # records taken by the scan
+
+
 class SegmentReader:
     """The batches of one segment file, read by the recovery rules (module docstring).
 
@@ -194,12 +209,26 @@ class SegmentReader:
     torn tail of a last segment, if any.  Anything else invalid raises :class:`CorruptLogError`
     at its batch, after every good batch before it was yielded.  ``expected_from``: the offset
     the partition's previous segment ended at (batches may not go below it).
+
+    With ``fast`` (and the compiled scan built), the ordinary batches -- plain offset commits
+    and group records, checked as this checks them -- go to ``fast`` without being yielded; the
+    others are yielded in their place in the log.
     """
 
-    def __init__(self, path: Path, base_offset: int, expected_from: int = 0, *, is_last: bool, decode: bool = True):
+    def __init__(
+        self,
+        path: Path,
+        base_offset: int,
+        expected_from: int = 0,
+        *,
+        is_last: bool,
+        decode: bool = True,
+        fast: FastSink | None = None,
+    ):
         self.path = path
         self.is_last = is_last
         self.decode = decode
+        self.fast = fast
         self.expected_from = expected_from
         self.segment = Segment(base_offset, path, 0, base_offset)
         self.torn: tuple[int, str] | None = None
@@ -214,7 +243,19 @@ class SegmentReader:
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 pos = 0
                 expected = max(seg.base_offset, self.expected_from)
+                fast = self.fast
+                scan = compiled_offsets_scan() if fast is not None and self.decode else None
                 while pos < size:
+                    if scan is not None:
+                        assert fast is not None
+                        pos, expected, batches, taken = scan(mm, pos, expected, fast.last, fast.others, crc32c)
+                        if batches:
+                            fast.fast_records += taken
+                            seg.size = pos
+                            seg.next_offset = expected
+                            seg.batches += batches
+                            if pos >= size:
+                                break
                     try:
                         h = read_header(mm, pos)
                     except RecordsError as e:
@@ -254,13 +295,15 @@ def scan_segment(
     *,
     is_last: bool,
     on_batch: Callable[[RecordBatch], None] | None = None,
+    fast: FastSink | None = None,
 ) -> tuple[Segment, tuple[int, str] | None]:
-    """Read and verify one segment; feed decoded batches to ``on_batch``.
+    """Read and verify one segment; feed decoded batches to ``on_batch`` (the ordinary ones to
+    ``fast`` instead, when given: :class:`SegmentReader`).
 
     Returns the segment (its valid size) and, for a torn tail of the last segment, (position,
     reason) of the bytes to truncate.  Raises :class:`CorruptLogError` for anything else.
     """
-    reader = SegmentReader(path, base_offset, expected_from, is_last=is_last, decode=on_batch is not None)
+    reader = SegmentReader(path, base_offset, expected_from, is_last=is_last, decode=on_batch is not None, fast=fast)
     for batch in reader:
         if on_batch is not None:
             on_batch(batch)
@@ -273,10 +316,12 @@ def recover_partition(
     on_batch: Callable[[RecordBatch], None] | None = None,
     repair: bool = True,
     report: RecoveryReport | None = None,
+    fast: FastSink | None = None,
 ) -> list[Segment]:
     """Verify (and with ``repair``, fix a torn tail of) one partition directory.
 
-    Batches are fed to ``on_batch`` in offset order.  Returns its segments, last = active.
+    Batches are fed to ``on_batch`` in offset order (ordinary ones to ``fast`` when given:
+    :class:`SegmentReader`).  Returns its segments, last = active.
     """
     report = report if report is not None else RecoveryReport()
     if repair:
@@ -292,7 +337,7 @@ def recover_partition(
                 f"segment base offset {base} overlaps the previous segment (ends at {segments[-1].next_offset})",
             )
         is_last = i == len(listed) - 1
-        seg, torn = scan_segment(path, base, expected, is_last=is_last, on_batch=on_batch)
+        seg, torn = scan_segment(path, base, expected, is_last=is_last, on_batch=on_batch, fast=fast)
         if torn is not None:
             position, why = torn
             dropped = path.stat().st_size - position
