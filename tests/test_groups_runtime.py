@@ -233,20 +233,50 @@ async def test_heartbeats_keep_one_timer_handle_and_the_session_expires_on_time(
     s = await rt.sync(SyncRequest("g", 1, joined.member_id, None, None, None, ((joined.member_id, b""),), 3))
     assert s.error == E.NONE
     key = HeartbeatKey("g", joined.member_id)
-    handles = []
+    handles, heap_sizes = [], []
+    entries = len(rt._heap)  # the session's and the entries of the join phase's cancelled timers
     for _ in range(10):
         await asyncio.sleep(0.1)
         hb = await rt.heartbeat(HeartbeatRequest("g", 1, joined.member_id))
         assert hb.error == E.NONE
-        handles.append(rt._timers[key].handle)
-    # 1 s of heartbeats every 100 ms kept a 300 ms session alive; a heartbeat only moves the
-    # deadline: the handle is re-scheduled when it fires early (about every 300 ms), not per heartbeat
-    distinct = len({id(h) for h in handles})
-    assert distinct <= 5, distinct
+        assert rt._timers[key] == rt.machine.armed_timers()[key]  # the deadline moved ...
+        handles.append(rt._wake)
+        heap_sizes.append(len(rt._heap))
+    # ... but 1 s of heartbeats every 100 ms made no loop handle and no heap entry per heartbeat:
+    # the one entry moves on when it comes due (about every 300 ms)
+    assert len({id(h) for h in handles}) <= 5, handles
+    assert max(heap_sizes) <= entries, (entries, heap_sizes)
     assert rt.machine.groups["g"].state.value == "Stable"
     await asyncio.sleep(0.5)
     assert rt.machine.groups["g"].state.value == "Empty"  # expired, rebalanced, empty
     await rt.stop()
+
+
+async def test_many_sessions_share_one_loop_handle_and_expire_in_deadline_order(tmp_path: Path) -> None:
+    rt = await started(tmp_path)
+    order: list[str] = []
+    rt.add_listener(
+        lambda e: (
+            order.append(e.group_id)
+            if getattr(e, "to_state", None) == "PreparingRebalance" and "expired" in getattr(e, "reason", "")
+            else None
+        )
+    )
+    members = {}
+    for i, session in enumerate((600, 300, 450, 350)):  # armed out of deadline order
+        gid = f"s{i}"
+        joined = await asyncio.wait_for(rt.join(join_req(gid, session=session)), 5)
+        await rt.sync(SyncRequest(gid, 1, joined.member_id, None, None, None, ((joined.member_id, b""),), 3))
+        members[gid] = joined.member_id
+    assert rt._wake is not None and len(rt._heap) >= 4
+    wake = rt._wake
+    await asyncio.sleep(0.2)
+    assert rt._wake is wake  # nothing came due: the same handle
+    await asyncio.sleep(0.7)
+    assert order == ["s1", "s3", "s2", "s0"]
+    assert all(rt.machine.groups[g].state.value == "Empty" for g in members)
+    await rt.stop()
+    assert rt._wake is None and not rt._heap
 
 
 async def test_state_transitions_are_logged(tmp_path: Path) -> None:

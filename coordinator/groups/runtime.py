@@ -19,10 +19,11 @@ The broker holds it as ``broker.groups``.  The offsets-log component calls
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, TypeVar
 
 from rallypoint.protocol.errors import ErrorCode
@@ -74,13 +75,6 @@ T = TypeVar("T")
 STOP_GRACE_S = 5.0
 
 
-@dataclass(slots=True)
-class _Timer:
-    deadline: int  # latest armed deadline (wall-clock ms, like the machine's)
-    handle: asyncio.TimerHandle | None = None
-    handle_at: int = 0  # deadline the handle was scheduled for
-
-
 _NO_ANSWER: Final = object()
 
 
@@ -105,7 +99,16 @@ class GroupsRuntime:
         # once (most do): no future is made for it (the heartbeat path, docs/BENCHMARKS.md).
         self._calling: int | None = None
         self._answer: Any = _NO_ANSWER
-        self._timers: dict[TimerKey, _Timer] = {}
+        # Timers (docs/groups.md, "Timers"): the latest armed deadline per key (wall-clock ms,
+        # like the machine's), and a heap of (deadline, arm order, key) with one event-loop
+        # handle for its earliest entry -- not one handle per member: a Stable group's members
+        # each hold a session timer, and a loop handle costs some 400 bytes.  An entry whose
+        # key was re-armed later, or cancelled, is dealt with when it comes due.
+        self._timers: dict[TimerKey, int] = {}
+        self._heap: list[tuple[int, int, TimerKey]] = []
+        self._arms = itertools.count()
+        self._wake: asyncio.TimerHandle | None = None
+        self._wake_at = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._shut_down = False
@@ -118,9 +121,7 @@ class GroupsRuntime:
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        for key, t in self._timers.items():  # armed by load() before the loop was known
-            if t.handle is None:
-                self._schedule(key, t)
+        self._rewake()  # timers armed by load() before the loop was known
         self._guarded("start", lambda: self.machine.start(self.clock.now_ms()))
         log.info(
             "group coordinator started",
@@ -140,10 +141,11 @@ class GroupsRuntime:
         await self.begin_shutdown()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=STOP_GRACE_S)
-        for t in self._timers.values():
-            if t.handle is not None:
-                t.handle.cancel()
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
         self._timers.clear()
+        self._heap.clear()
 
     # --------------------------------------------------- loading (offsets-log side)
 
@@ -274,9 +276,7 @@ class GroupsRuntime:
             elif isinstance(e, ArmTimer):
                 self._arm(e.key, e.deadline_ms)
             elif isinstance(e, CancelTimer):
-                t = self._timers.pop(e.key, None)
-                if t is not None and t.handle is not None:
-                    t.handle.cancel()
+                self._timers.pop(e.key, None)  # its heap entry is skipped when it comes due
             elif isinstance(e, Persist):
                 offsets_log = self.offsets_log
                 if offsets_log is None or self._loop is None:
@@ -353,48 +353,72 @@ class GroupsRuntime:
     # ---------------------------------------------------------------------- timers
 
     def _arm(self, key: TimerKey, deadline: int) -> None:
-        t = self._timers.get(key)
-        if t is None:
-            t = self._timers[key] = _Timer(deadline)
-            self._schedule(key, t)
-            return
-        t.deadline = deadline
-        if t.handle is None or deadline < t.handle_at:
-            self._schedule(key, t)
-        # else: a later deadline (a heartbeat) — the handle re-schedules itself when it fires.
+        before = self._timers.get(key)
+        self._timers[key] = deadline
+        if before is not None and deadline >= before:
+            return  # a later deadline (a heartbeat): the entry due first finds it and moves on
+        heapq.heappush(self._heap, (deadline, next(self._arms), key))
+        if len(self._heap) > 2 * len(self._timers) + 64:
+            self._rebuild_heap()  # mostly entries of cancelled timers
+        self._rewake()
 
-    def _schedule(self, key: TimerKey, t: _Timer) -> None:
+    def _rebuild_heap(self) -> None:
+        self._heap = [(d, next(self._arms), k) for k, d in self._timers.items()]
+        heapq.heapify(self._heap)
+
+    def _rewake(self) -> None:
+        """The loop handle set for the heap's earliest entry."""
         if self._loop is None:
             return
-        if t.handle is not None:
-            t.handle.cancel()
-        delay_ms = max(0, t.deadline - self.clock.now_ms())
-        t.handle = self._loop.call_later(delay_ms / 1000.0, self._fire, key)
-        t.handle_at = t.deadline
-
-    def _fire(self, key: TimerKey) -> None:
-        t = self._timers.get(key)
-        if t is None:
+        if not self._heap:
+            if self._wake is not None:
+                self._wake.cancel()
+                self._wake = None
             return
-        t.handle = None
-        if t.deadline > self.clock.now_ms():
-            self._schedule(key, t)
-            return
-        # Kafka's coordinator queues a timer's expiry behind the requests already received
-        # (one event queue per partition).  One more loop turn gives the requests read before
-        # the timer came due the same precedence (uvloop runs due timers before them).
-        assert self._loop is not None
-        self._loop.call_soon(self._expire, key, t)
+        first = self._heap[0][0]
+        if self._wake is not None:
+            if self._wake_at <= first:
+                return
+            self._wake.cancel()
+        self._wake_at = first
+        self._wake = self._loop.call_later(max(0, first - self.clock.now_ms()) / 1000.0, self._on_wake)
 
-    def _expire(self, key: TimerKey, t: _Timer) -> None:
-        if self._timers.get(key) is not t or t.handle is not None:
-            return  # cancelled or re-armed meanwhile
+    def _on_wake(self) -> None:
+        self._wake = None
         now = self.clock.now_ms()
-        if t.deadline > now:
-            self._schedule(key, t)
-            return
-        del self._timers[key]
-        self._guarded(f"timer {key.kind}", lambda: self.machine.timer_fired(key, now))
+        heap, timers = self._heap, self._timers
+        due: list[TimerKey] = []
+        seen: set[TimerKey] = set()
+        while heap and heap[0][0] <= now:
+            at, _, key = heapq.heappop(heap)
+            deadline = timers.get(key)
+            if deadline is None or deadline < at:
+                continue  # cancelled, or fired (then maybe armed again: it has its own entry)
+            if deadline > at:
+                heapq.heappush(heap, (deadline, next(self._arms), key))  # moved on meanwhile
+            elif key not in seen:
+                seen.add(key)
+                due.append(key)
+        if due:
+            # Kafka's coordinator queues a timer's expiry behind the requests already received
+            # (one event queue per partition).  One more loop turn gives the requests read
+            # before the timers came due the same precedence (uvloop runs due timers first).
+            assert self._loop is not None
+            self._loop.call_soon(self._expire, due)
+        self._rewake()
+
+    def _expire(self, keys: list[TimerKey]) -> None:
+        for key in keys:
+            deadline = self._timers.get(key)
+            if deadline is None:
+                continue  # cancelled meanwhile
+            now = self.clock.now_ms()
+            if deadline > now:  # armed later meanwhile
+                heapq.heappush(self._heap, (deadline, next(self._arms), key))
+                self._rewake()
+                continue
+            del self._timers[key]
+            self._guarded(f"timer {key.kind}", partial(self.machine.timer_fired, key, now))
 
     # ------------------------------------------------------------------ guards
 
@@ -448,13 +472,15 @@ class GroupsRuntime:
             self.machine.ctx.timers[key] = now  # the member's session deadline is now
         self._guarded("advance", lambda: self.machine.advance(now))
         armed = self.machine.armed_timers()
-        for key, t in list(self._timers.items()):
+        for key in list(self._timers):
             deadline = armed.get(key)
             if deadline is None:  # fired (or cancelled) inside the machine
                 del self._timers[key]
-                if t.handle is not None:
-                    t.handle.cancel()
             else:
-                t.deadline = deadline
-                self._schedule(key, t)
+                self._timers[key] = deadline
+        self._rebuild_heap()
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
+        self._rewake()
         return True

@@ -5,19 +5,41 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
 from ..groups.events import CommitPartition, CommitTopic, TopicErrors
 
+T = TypeVar("T")
+
 ZERO_UUID = uuid.UUID(int=0)
 
 
 def client_host(ctx: RequestContext) -> str:
     """Kafka records ``InetAddress.toString()`` of the client: "/127.0.0.1"."""
-    return "/" + str(ctx.client_host)
+    return shared("/" + str(ctx.client_host))
+
+
+_SHARED: dict[tuple[type, object], Any] = {}
+_SHARED_MAX = 4096
+# bytes up to this size are shared: subscriptions of consumers that subscribe alike
+SHARED_BYTES_MAX = 512
+
+
+def shared(value: T) -> T:
+    """One object for equal immutable values that members keep for as long as they live:
+    client ids and hosts, protocol types and names, timeouts, small subscriptions.  Thousands
+    of members of a test's groups then hold one copy each (docs/BENCHMARKS.md, "Memory per
+    member").  Bounded: once full, new values are returned as they are, not kept."""
+    key = (type(value), value)
+    got = _SHARED.get(key)
+    if got is not None:
+        return got  # type: ignore[no-any-return]
+    if len(_SHARED) < _SHARED_MAX:
+        _SHARED[key] = value
+    return value
 
 
 class HeartbeatAnswer(Protocol):

@@ -9,9 +9,14 @@ from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
 from ..groups.events import JoinRequest, JoinResult, Protocol
-from ._groups_common import client_host
+from ._groups_common import SHARED_BYTES_MAX, client_host, shared
 
 API_KEY = 11
+
+
+def _protocols(protocols: Any) -> tuple[Protocol, ...]:
+    out = tuple(Protocol(shared(p.name), bytes(p.metadata)) for p in protocols)
+    return shared(out) if sum(len(p.metadata) for p in out) <= SHARED_BYTES_MAX else out
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -19,15 +24,16 @@ async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     session = ms(request.session_timeout)
     # v0 has no rebalance timeout: Kafka uses the session timeout (maybeOverrideRebalanceTimeout).
     rebalance = ms(request.rebalance_timeout) if version >= 1 else session
+    # what a member keeps is shared between members where equal (memory per member)
     req = JoinRequest(
         group_id=request.group_id,
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
-        session_timeout_ms=session,
-        rebalance_timeout_ms=rebalance,
-        protocol_type=request.protocol_type,
-        protocols=tuple(Protocol(p.name, bytes(p.metadata)) for p in request.protocols),
-        client_id=ctx.client_id or "",
+        session_timeout_ms=shared(session),
+        rebalance_timeout_ms=shared(rebalance),
+        protocol_type=shared(request.protocol_type),
+        protocols=_protocols(request.protocols),
+        client_id=shared(ctx.client_id or ""),
         client_host=client_host(ctx),
         api_version=version,
         reason=getattr(request, "reason", None),
