@@ -1,5 +1,9 @@
 """The asyncio TCP server: connections, framing, in-order responses, limits, graceful shutdown.
 
+Why one module of about 830 lines: everything a connection goes through, from accept to close
+(limits, authentication, framing, the in-order answer queue, idle and shutdown rules), is one
+per-connection loop; splitting it would spread that loop's rules over several files.
+
 Like Kafka, a connection's next request is read only after the previous one is answered
 (Kafka mutes the channel while a request is in flight), so responses go out in request
 order even when a JoinGroup waits for seconds.  Bad input affects only its own connection:

@@ -1,5 +1,10 @@
 """Kafka record batches, magic v2 (the on-disk and on-wire format since Kafka 0.11): the one codec.
 
+Why one module of about 850 lines: it is the one record-batch codec every user imports (data
+plane, offsets log, dump-log, pipeline), reading and writing side by side so that both follow
+the same layout; compression and CRC live in their own modules, the compiled walks in
+``_recwalk.pyx``.
+
 Pure functions over bytes (or a file path): no asyncio, no state.  Used by the data plane
 (Produce validation, Fetch, ListOffsets), the offsets log (``coordinator/storage``),
 ``rallypoint dump-log`` and the Spark pipeline.

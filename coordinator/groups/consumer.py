@@ -1,6 +1,6 @@
 """The consumer-group (KIP-848, ``group.protocol=consumer``) coordinator: a sans-IO machine.
 
-Why one ~1,400-line module: every transition of a consumer group - heartbeats, classic-protocol
+Why one ~1,550-line module: every transition of a consumer group - heartbeats, classic-protocol
 members inside a consumer group (join/sync/heartbeat/leave), online upgrade from a classic group,
 timers, deletion, replay - happens in this one class, as h11 keeps its transitions in one file and
 Kafka keeps them in ``GroupMetadataManager``; splitting it would spread one state machine over

@@ -58,8 +58,9 @@ class PartitionState:
 
 
 class ReplayRedo(Exception):
-    """The compiled scan took a record whose key does not decode: the partition is replayed
-    again without it, so that the reference path counts and words every such record."""
+    """The compiled scan took a record whose key does not decode, or two raw keys that decode
+    to one key: the partition is replayed again without the scan, so that the reference path
+    counts and words every such record and orders such keys."""
 
 
 class StateBuilder:

@@ -1,6 +1,11 @@
 """The offsets log component (``broker.offsets_log``): durable, group-committed appends
 to ``__consumer_offsets-<N>`` segment files, start-up recovery, and background compaction.
 
+Why one module of about 830 lines: the append path (writers, group-commit sync rounds, segment
+rolls) and start-up and compaction share each partition's lock, file descriptor and segment list;
+the pure parts are elsewhere (reading and repair: :mod:`.segments` and :mod:`.recovery`, the
+loader: :mod:`.loader`, compaction: :mod:`.cleaner`).
+
 What it offers its user (the groups runtime; this package imports nothing of it):
 
 * ``await append(partition, [(key, value | None), ...])`` writes one record batch and returns

@@ -55,8 +55,9 @@ def replay_partition(
     try:
         return _replay(pdir, partition, repair, stop_at_damage, report, fast=True)
     except ReplayRedo:
-        # a key the compiled scan took does not decode: the reference path reads every batch
-        # (what the first pass repaired is repaired and already in ``report``)
+        # a key the compiled scan took does not decode, or two of its raw keys are one key:
+        # the reference path reads every batch (what the first pass repaired is repaired and
+        # already in ``report``)
         return _replay(pdir, partition, repair, stop_at_damage, report, fast=False)
 
 

@@ -1,5 +1,10 @@
 """Topics, their partitions' logs, and what persists across restarts.
 
+Why one module of about 840 lines: ``TopicStore`` is the data plane's one owner of topic state
+(topics, partitions, producer ids, the metadata file and its group commit), and every handler
+reaches it through this one object; the per-partition log, its segment files and their loading
+already live in :mod:`.partition`, :mod:`.segment_files` and :mod:`.durable`.
+
 Topic data is kept in segment files under ``data.dir`` (``rallypoint.log.storage=disk``, the
 broker's default: :mod:`.segment_files`, loaded at start by :mod:`.durable`), or in memory only
 (``memory``).  Topic metadata persists in ``<data.dir>/topics.json`` (written to a new file
