@@ -24,7 +24,8 @@ def client_host(ctx: RequestContext) -> str:
 
 _SHARED: dict[tuple[type, object], Any] = {}
 _SHARED_MAX = 4096
-# bytes up to this size are shared: subscriptions of consumers that subscribe alike
+# strings and bytes up to this length are shared (client ids, subscriptions of consumers that
+# subscribe alike); the cache then holds at most about 4096 x 512 bytes, whatever clients send
 SHARED_BYTES_MAX = 512
 
 
@@ -32,7 +33,10 @@ def shared(value: T) -> T:
     """One object for equal immutable values that members keep for as long as they live:
     client ids and hosts, protocol types and names, timeouts, small subscriptions.  Thousands
     of members of a test's groups then hold one copy each (docs/BENCHMARKS.md, "Memory per
-    member").  Bounded: once full, new values are returned as they are, not kept."""
+    member").  Bounded: longer strings and bytes are not kept, and once the cache is full new
+    values are returned as they are."""
+    if isinstance(value, str | bytes) and len(value) > SHARED_BYTES_MAX:
+        return value
     key = (type(value), value)
     got = _SHARED.get(key)
     if got is not None:

@@ -15,8 +15,10 @@ API_KEY = 11
 
 
 def _protocols(protocols: Any) -> tuple[Protocol, ...]:
+    """The member's protocols, one shared tuple for members that offer the same small ones."""
     out = tuple(Protocol(shared(p.name), bytes(p.metadata)) for p in protocols)
-    return shared(out) if sum(len(p.metadata) for p in out) <= SHARED_BYTES_MAX else out
+    size = sum(len(p.name) + len(p.metadata) for p in out)
+    return shared(out) if size <= SHARED_BYTES_MAX else out
 
 
 async def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
