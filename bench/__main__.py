@@ -191,10 +191,12 @@ changed (before/after figures are the side-by-side rows of this document's histo
    filled: the event loop's timer handle per member (one session timer each) with its
    bookkeeping held about 550 bytes a member; a heap of deadlines with one loop handle replaced
    it. Equal values every member keeps (client id and host, protocol type and names, timeouts,
-   subscriptions up to 512 B) are now one object each. RSS per member: 2,442 → 1,560 bytes.
-   What remains per member: its `Member` object and id, the group record's `MemberMetadata`
-   kept as the last durable state (docs/groups.md, "Internal errors"), its timer key, deadline
-   and heap entry (in the runtime and in the machine), and its assignment.
+   subscriptions up to 512 B) are now one object each: 2,442 → 1,560 bytes. Then the heap's
+   entries lost their arm-order counter (equal deadlines order by key) and the control plane's
+   per-group transition history became a list (a deque's first block is over 500 bytes a
+   group): 1,360 bytes. What remains per member: its `Member` object and id, the group record's
+   `MemberMetadata` kept as the last durable state (docs/groups.md, "Internal errors"), its
+   timer key, deadline and heap entry (in the runtime and in the machine), and its assignment.
 17. **Consume figures were bimodal because of the client** (`bench/produce_consume.py`,
    `bench/compare.py`): librdkafka stops fetching a partition for `fetch.queue.backoff.ms`
    (1 s) when its local queue is over its thresholds, and `consume(10000, t)` waits its whole
@@ -251,7 +253,7 @@ Each target, the figure this document holds, and what stands in the way:
   75 ms for the first generation and 85 ms for a rebalance (its own section); the rebalance
   section's wall time adds the request path of some 3,000 requests and the 1,000 raw clients
   on the same 2 cores;
-- ≤ 1 KiB RSS per Stable member: 1,560 bytes (item 16), not met -- what a member holds that
+- ≤ 1 KiB RSS per Stable member: 1,360 bytes (item 16), not met -- what a member holds that
   Kafka's Java coordinator also holds (its object, id, metadata, assignment, its session
   deadline) plus the last durable group record per member, in CPython objects.
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -79,7 +79,7 @@ class GroupTracker:
     def __init__(self, broker: Broker, events: EventHub) -> None:
         self.broker = broker
         self.events = events
-        self._transitions: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()
+        self._transitions: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._generation: dict[str, int] = {}
         self._leader: dict[str, str | None] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
@@ -101,7 +101,7 @@ class GroupTracker:
         gid = e.group_id
         ring = self._transitions.get(gid)
         if ring is None:
-            ring = self._transitions[gid] = deque(maxlen=TRANSITIONS_KEPT)
+            ring = self._transitions[gid] = []  # a list: a deque's first block is 500+ bytes a group
             while len(self._transitions) > GROUPS_TRACKED:
                 old, _ = self._transitions.popitem(last=False)
                 self._forget(old)
@@ -115,6 +115,8 @@ class GroupTracker:
             "generation": e.generation,
         }
         ring.append(entry)
+        if len(ring) > TRANSITIONS_KEPT:
+            del ring[0]
         self._generation[gid] = e.generation
         self._leader[gid] = e.leader
         self.events.publish(

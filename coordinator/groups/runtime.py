@@ -100,13 +100,13 @@ class GroupsRuntime:
         self._calling: int | None = None
         self._answer: Any = _NO_ANSWER
         # Timers (docs/groups.md, "Timers"): the latest armed deadline per key (wall-clock ms,
-        # like the machine's), and a heap of (deadline, arm order, key) with one event-loop
+        # like the machine's), and a heap of (deadline, key) with one event-loop
         # handle for its earliest entry -- not one handle per member: a Stable group's members
         # each hold a session timer, and a loop handle costs some 400 bytes.  An entry whose
         # key was re-armed later, or cancelled, is dealt with when it comes due.
         self._timers: dict[TimerKey, int] = {}
-        self._heap: list[tuple[int, int, TimerKey]] = []
-        self._arms = itertools.count()
+        # keys are named tuples of strings: entries with equal deadlines order by key
+        self._heap: list[tuple[int, TimerKey]] = []
         self._wake: asyncio.TimerHandle | None = None
         self._wake_at = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -357,13 +357,13 @@ class GroupsRuntime:
         self._timers[key] = deadline
         if before is not None and deadline >= before:
             return  # a later deadline (a heartbeat): the entry due first finds it and moves on
-        heapq.heappush(self._heap, (deadline, next(self._arms), key))
+        heapq.heappush(self._heap, (deadline, key))
         if len(self._heap) > 2 * len(self._timers) + 64:
             self._rebuild_heap()  # mostly entries of cancelled timers
         self._rewake()
 
     def _rebuild_heap(self) -> None:
-        self._heap = [(d, next(self._arms), k) for k, d in self._timers.items()]
+        self._heap = [(d, k) for k, d in self._timers.items()]
         heapq.heapify(self._heap)
 
     def _rewake(self) -> None:
@@ -390,12 +390,12 @@ class GroupsRuntime:
         due: list[TimerKey] = []
         seen: set[TimerKey] = set()
         while heap and heap[0][0] <= now:
-            at, _, key = heapq.heappop(heap)
+            at, key = heapq.heappop(heap)
             deadline = timers.get(key)
             if deadline is None or deadline < at:
                 continue  # cancelled, or fired (then maybe armed again: it has its own entry)
             if deadline > at:
-                heapq.heappush(heap, (deadline, next(self._arms), key))  # moved on meanwhile
+                heapq.heappush(heap, (deadline, key))  # moved on meanwhile
             elif key not in seen:
                 seen.add(key)
                 due.append(key)
@@ -414,7 +414,7 @@ class GroupsRuntime:
                 continue  # cancelled meanwhile
             now = self.clock.now_ms()
             if deadline > now:  # armed later meanwhile
-                heapq.heappush(self._heap, (deadline, next(self._arms), key))
+                heapq.heappush(self._heap, (deadline, key))
                 self._rewake()
                 continue
             del self._timers[key]

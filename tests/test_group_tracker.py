@@ -1,0 +1,24 @@
+"""The control plane's per-group transition history (coordinator/control/groupview.py,
+``GroupTracker``): the last TRANSITIONS_KEPT transitions of a group, oldest dropped first."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from rallypoint.clock import FakeClock
+from rallypoint.control.events import EventHub
+from rallypoint.control.groupview import TRANSITIONS_KEPT, GroupTracker
+from rallypoint.groups.events import Transition
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_group_keeps_its_last_transitions_oldest_dropped_first() -> None:
+    tracker = GroupTracker(SimpleNamespace(clock=FakeClock()), EventHub())  # type: ignore[arg-type]
+    for gen in range(TRANSITIONS_KEPT + 7):
+        tracker.on_group_event(Transition("g", 0, "Stable", "PreparingRebalance", gen, "m", 1, f"r{gen}"))
+    kept = tracker._transitions["g"]
+    assert len(kept) == TRANSITIONS_KEPT
+    assert [t["generation"] for t in kept] == list(range(7, TRANSITIONS_KEPT + 7))
+    assert tracker._generation["g"] == TRANSITIONS_KEPT + 6
