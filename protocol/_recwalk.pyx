@@ -51,6 +51,23 @@ cdef inline bint _skip_bytes(const unsigned char *data, Py_ssize_t *pos, Py_ssiz
     return True
 
 
+cdef inline bint _record_head(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t n, Py_ssize_t *end,
+                              int64_t *ts_delta, int64_t *off_delta) noexcept:
+    """A record's length (its ``end``), attributes, timestampDelta and offsetDelta, from
+    ``pos``, all before ``n``; False when they are not there."""
+    cdef int64_t length
+    if not _varint(data, pos, n, 9, &length):
+        return False
+    # 6: the smallest record after its length (attributes and five one-byte varints)
+    if length < 6 or length > n - pos[0]:
+        return False
+    end[0] = pos[0] + length
+    pos[0] += 1  # attributes
+    if not _varint(data, pos, end[0], 9, ts_delta):
+        return False
+    return _varint(data, pos, end[0], 5, off_delta)
+
+
 def walk_times(const unsigned char[:] data, Py_ssize_t pos, Py_ssize_t records, int64_t base_ts,
                bint log_append_time, int64_t max_timestamp, int64_t best_ts, int64_t best_delta):
     """Walk ``records`` records from ``pos``: (position after them, the latest timestamp among
@@ -62,20 +79,11 @@ def walk_times(const unsigned char[:] data, Py_ssize_t pos, Py_ssize_t records, 
         return None
     cdef const unsigned char *buf = &data[0]
     cdef Py_ssize_t end, p
-    cdef int64_t length, ts_delta, off_delta, nheaders, hklen, ts
+    cdef int64_t ts_delta, off_delta, nheaders, hklen, ts
     cdef Py_ssize_t i, j
     for i in range(records):
         p = pos
-        if not _varint(buf, &p, n, 9, &length):
-            return None
-        # 6: the smallest record after its length (attributes and five one-byte varints)
-        if length < 6 or length > n - p:
-            return None
-        end = p + length
-        p += 1  # attributes
-        if not _varint(buf, &p, end, 9, &ts_delta):
-            return None
-        if not _varint(buf, &p, end, 5, &off_delta):
+        if not _record_head(buf, &p, n, &end, &ts_delta, &off_delta):
             return None
         if not _skip_bytes(buf, &p, end):  # key
             return None
@@ -135,16 +143,8 @@ cdef inline bint _plain_record(const unsigned char *buf, Py_ssize_t *pos, Py_ssi
     and no headers; False when it is not one."""
     cdef Py_ssize_t p = pos[0]
     cdef Py_ssize_t end
-    cdef int64_t length, ts_delta
-    if not _varint(buf, &p, n, 9, &length):
-        return False
-    if length < 6 or length > n - p:
-        return False
-    end = p + length
-    p += 1  # attributes
-    if not _varint(buf, &p, end, 9, &ts_delta):
-        return False
-    if not _varint(buf, &p, end, 5, off_delta):
+    cdef int64_t ts_delta
+    if not _record_head(buf, &p, n, &end, &ts_delta, off_delta):
         return False
     if not _varint(buf, &p, end, 5, klen):
         return False
