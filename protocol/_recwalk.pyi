@@ -17,7 +17,7 @@ def scan_offsets_batches(
     segment: bytes | bytearray | memoryview | mmap.mmap,
     pos: int,
     expected: int,
-    last: dict[bytes, tuple[int, int, bytes | None, bool]],
-    others: list[tuple[int, bytes, bytes | None]],
+    last: dict[bytes, tuple[int, bytes | None, bool]],
+    others: list[tuple[bytes, bytes | None]],
     crc: Callable[[memoryview], int],
 ) -> tuple[int, int, int, int]: ...

@@ -137,14 +137,14 @@ cdef inline int64_t _be(const unsigned char *p, int size) noexcept:
     return <int64_t>v
 
 
-cdef inline bint _plain_record(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t n, int64_t *off_delta,
+cdef inline bint _plain_record(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t n,
                                Py_ssize_t *kpos, int64_t *klen, Py_ssize_t *vpos, int64_t *vlen) noexcept:
     """One record from ``pos`` (as ``_walk_records`` frames it) with a key of two bytes or more
     and no headers; False when it is not one."""
     cdef Py_ssize_t p = pos[0]
     cdef Py_ssize_t end
-    cdef int64_t ts_delta
-    if not _record_head(buf, &p, n, &end, &ts_delta, off_delta):
+    cdef int64_t ts_delta, off_delta
+    if not _record_head(buf, &p, n, &end, &ts_delta, &off_delta):
         return False
     if not _varint(buf, &p, end, 5, klen):
         return False
@@ -171,10 +171,10 @@ cdef inline bint _plain_record(const unsigned char *buf, Py_ssize_t *pos, Py_ssi
 def scan_offsets_batches(object segment, Py_ssize_t pos, int64_t expected, dict last, list others, object crc):
     """Scan the batches of ``segment`` (bytes or mmap) from ``pos`` while each is one the
     loader's fast path takes (above).  A record whose key's version is 0, 1 or 2 (offset commit,
-    group metadata) sets ``last[key] = (offset, batch base offset, value or None, reset)``,
+    group metadata) sets ``last[key] = (batch base offset, value or None, reset)``,
     ``reset`` telling whether a tombstone of the key came before it (then the key is moved to the
     end of ``last``, as a dict that pops tombstoned keys orders them); any other key appends
-    ``(offset, key, value)`` to ``others``.  ``crc`` is the CRC-32C function.
+    ``(key, value)`` to ``others``.  ``crc`` is the CRC-32C function.
 
     Returns (position after the last batch taken, the offset after it, batches, records); a
     batch is taken whole or not at all."""
@@ -182,7 +182,7 @@ def scan_offsets_batches(object segment, Py_ssize_t pos, int64_t expected, dict 
     cdef Py_ssize_t n = data.shape[0]
     cdef const unsigned char *buf
     cdef Py_ssize_t size, end, p, rp, kpos, vpos, i
-    cdef int64_t base_offset, batch_length, count, last_delta, off_delta, klen, vlen, offset
+    cdef int64_t base_offset, batch_length, count, last_delta, klen, vlen
     cdef int attributes, version
     cdef uint64_t stored
     cdef Py_ssize_t batches = 0, records = 0
@@ -205,7 +205,7 @@ def scan_offsets_batches(object segment, Py_ssize_t pos, int64_t expected, dict 
                 break
             last_delta = _be(buf + pos + 23, 4)
             count = _be(buf + pos + 57, 4)
-            # offsets stay far inside 64 bits (a record's delta is a varint of at most 5 bytes)
+            # the next offset (base offset + lastOffsetDelta + 1) stays far inside 64 bits
             if count < 0 or last_delta < 0 or base_offset < expected or base_offset > INT64_MAX - (<int64_t>1 << 40):
                 break
             if count > (size - 61) // 7:
@@ -213,7 +213,7 @@ def scan_offsets_batches(object segment, Py_ssize_t pos, int64_t expected, dict 
             # every record first, without a side effect: the batch is taken whole or not at all
             rp = pos + 61
             for i in range(count):
-                if not _plain_record(buf, &rp, end, &off_delta, &kpos, &klen, &vpos, &vlen):
+                if not _plain_record(buf, &rp, end, &kpos, &klen, &vpos, &vlen):
                     break
             else:
                 i = count
@@ -228,28 +228,27 @@ def scan_offsets_batches(object segment, Py_ssize_t pos, int64_t expected, dict 
                 piece.release()
             rp = pos + 61
             for i in range(count):
-                _plain_record(buf, &rp, end, &off_delta, &kpos, &klen, &vpos, &vlen)
-                offset = base_offset + off_delta
+                _plain_record(buf, &rp, end, &kpos, &klen, &vpos, &vlen)
                 key = PyBytes_FromStringAndSize(<const char *>buf + kpos, klen)
                 value = None if vlen < 0 else PyBytes_FromStringAndSize(<const char *>buf + vpos, vlen)
                 version = <int>_be(buf + kpos, 2)
                 if 0 <= version <= 2:
-                    # the 4th field: a tombstone of the key came before (the loader's dicts
+                    # the 3rd field: a tombstone of the key came before (the loader's dicts
                     # then take the key anew, at the end: dict order as the reference's)
                     prev = last.get(key)
                     if value is None:
                         if prev is not None:
                             del last[key]
-                        last[key] = (offset, base_offset, None, True)
+                        last[key] = (base_offset, None, True)
                     elif prev is None:
-                        last[key] = (offset, base_offset, value, False)
-                    elif prev[2] is None:
+                        last[key] = (base_offset, value, False)
+                    elif prev[1] is None:
                         del last[key]
-                        last[key] = (offset, base_offset, value, True)
+                        last[key] = (base_offset, value, True)
                     else:
-                        last[key] = (offset, base_offset, value, prev[3])
+                        last[key] = (base_offset, value, prev[2])
                 else:
-                    others.append((offset, key, value))
+                    others.append((key, value))
             records += count
             batches += 1
             expected = base_offset + last_delta + 1

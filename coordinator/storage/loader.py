@@ -87,8 +87,8 @@ class StateBuilder:
         self._pending: dict[int, dict[OffsetCommitKey, tuple[int, bytes | None]]] = {}
         self._state = PartitionState()
         # the compiled scan's sink (FastSink)
-        self.last: dict[bytes, tuple[int, int, bytes | None, bool]] = {}
-        self.others: list[tuple[int, bytes, bytes | None]] = []
+        self.last: dict[bytes, tuple[int, bytes | None, bool]] = {}
+        self.others: list[tuple[bytes, bytes | None]] = []
         self.fast_records = 0
 
     def _fold(self) -> None:
@@ -104,7 +104,7 @@ class StateBuilder:
         last, others = self.last, self.others
         self.last, self.others = {}, []
         seen: set[OffsetCommitKey | str] = set()
-        for raw, (_offset, base, value, reset) in last.items():
+        for raw, (base, value, reset) in last.items():
             key = self._key(raw)
             if type(key) is OffsetCommitKey:
                 if key in seen:
@@ -124,7 +124,7 @@ class StateBuilder:
                     self._groups[key.group] = value
             else:
                 raise ReplayRedo(str(key))
-        for _offset, raw, value in others:
+        for raw, value in others:
             key = self._key(raw)
             if type(key) is not UnknownKey:
                 raise ReplayRedo(str(key))

@@ -192,12 +192,12 @@ class FastSink(Protocol):
     """Where the compiled replay scan puts the records of the batches it takes
     (docs/offsets-log-format.md, "Recovery at start-up"; ``StateBuilder`` in loader.py)."""
 
-    # raw key of version 0-2 -> (record offset, batch base offset, value or None, whether a
-    # tombstone of the key came before): its last record; keys in the order a dict that pops a
-    # tombstoned key and takes it anew at its next value holds them
-    last: dict[bytes, tuple[int, int, bytes | None, bool]]
-    # (record offset, raw key, value) of every record with another key version, in log order
-    others: list[tuple[int, bytes, bytes | None]]
+    # raw key of version 0-2 -> (batch base offset, value or None, whether a tombstone of the
+    # key came before): its last record; keys in the order a dict that pops a tombstoned key
+    # and takes it anew at its next value holds them
+    last: dict[bytes, tuple[int, bytes | None, bool]]
+    # (raw key, value) of every record with another key version, in log order
+    others: list[tuple[bytes, bytes | None]]
     fast_records: int  # records taken by the scan
 
 
