@@ -24,18 +24,21 @@ where a log recovery truncates or stops; nothing raises out of :func:`decode_seg
 
 from __future__ import annotations
 
+import mmap
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from rallypoint.protocol import consumer_group_records as cgr
 from rallypoint.protocol import offsets_schema as schema
 from rallypoint.protocol import records as rec
 from rallypoint.protocol.consumer_protocol import ConsumerProtocolError, decode_assignment, decode_subscription
-from rallypoint.storage.segments import CorruptLogError, SegmentReader, list_partition_dirs, list_segments
+from rallypoint.protocol.crc import crc32c
+from rallypoint.storage.segments import BatchScan, CorruptLogError, SegmentReader, list_partition_dirs, list_segments
 
 BATCH_ROWS = 32_768  # rows per Arrow batch handed back to Spark
 
@@ -142,7 +145,47 @@ def find_segments(broker: str, data_dir: str | os.PathLike[str]) -> list[Segment
     return out
 
 
-def _member_row(m: schema.MemberMetadata, consumer: bool) -> dict[str, Any]:
+# What a consumer-protocol payload decodes to, cached by its bytes while a segment is read (the
+# members of a group mostly share one subscription, and assignments repeat across rebalances):
+# subscription -> (version, topics) or an error; assignment -> (version, assigned, partitions).
+_CACHED_PAYLOADS = 4096
+_CACHED_PAYLOAD_BYTES = 4096
+
+
+def _subscription_fields(data: bytes, cache: dict[bytes, Any]) -> tuple[int, list[str]] | str:
+    got = cache.get(data)
+    if got is None:
+        try:
+            sub = decode_subscription(data)
+            got = (sub.version, list(sub.topics))
+        except ConsumerProtocolError as e:
+            got = f"subscription: {e}"
+        if len(cache) < _CACHED_PAYLOADS and len(data) <= _CACHED_PAYLOAD_BYTES:
+            cache[data] = got
+    return got
+
+
+def _assignment_fields(data: bytes, cache: dict[bytes, Any]) -> tuple[int, list[dict[str, Any]], int] | str:
+    got = cache.get(data)
+    if got is None:
+        try:
+            a = decode_assignment(data)
+            got = (
+                a.version,
+                [{"topic": tp.topic, "partitions": list(tp.partitions)} for tp in a.partitions],
+                sum(len(tp.partitions) for tp in a.partitions),
+            )
+        except ConsumerProtocolError as e:
+            got = f"assignment: {e}"
+        if len(cache) < _CACHED_PAYLOADS and len(data) <= _CACHED_PAYLOAD_BYTES:
+            cache[data] = got
+    return got
+
+
+def _member_row(
+    m: schema.MemberMetadata, consumer: bool, subscriptions: dict[bytes, Any], assignments: dict[bytes, Any]
+) -> dict[str, Any]:
+    """One member of a group record; the lists in it may be shared with other rows (read only)."""
     row: dict[str, Any] = {
         "member_id": m.member_id,
         "group_instance_id": m.group_instance_id,
@@ -162,20 +205,17 @@ def _member_row(m: schema.MemberMetadata, consumer: bool) -> dict[str, Any]:
     if not consumer:
         return row
     errors = []
-    try:
-        sub = decode_subscription(m.subscription)
-        row["subscription_version"] = sub.version
-        row["subscribed_topics"] = list(sub.topics)
-    except ConsumerProtocolError as e:
-        errors.append(f"subscription: {e}")
+    sub = _subscription_fields(m.subscription, subscriptions)
+    if isinstance(sub, str):
+        errors.append(sub)
+    else:
+        row["subscription_version"], row["subscribed_topics"] = sub
     if m.assignment:
-        try:
-            a = decode_assignment(m.assignment)
-            row["assignment_version"] = a.version
-            row["assigned"] = [{"topic": tp.topic, "partitions": list(tp.partitions)} for tp in a.partitions]
-            row["assigned_partitions"] = sum(len(tp.partitions) for tp in a.partitions)
-        except ConsumerProtocolError as e:
-            errors.append(f"assignment: {e}")
+        asg = _assignment_fields(m.assignment, assignments)
+        if isinstance(asg, str):
+            errors.append(asg)
+        else:
+            row["assignment_version"], row["assigned"], row["assigned_partitions"] = asg
     else:
         errors.append("assignment: empty")
     row["protocol_error"] = "; ".join(errors) or None
@@ -274,19 +314,169 @@ def _consumer_fields(key: bytes, value: bytes | None) -> tuple[str, str, str | N
     return cgr.RECORD_NAMES[k.record_type], k.group_id, getattr(k, "member_id", None), epoch
 
 
+class _Counts:
+    """Per segment: bad and skipped records, and the consumer-protocol caches."""
+
+    __slots__ = ("assignments", "bad", "other", "subscriptions")
+
+    def __init__(self) -> None:
+        self.bad = self.other = 0
+        self.subscriptions: dict[bytes, Any] = {}
+        self.assignments: dict[bytes, Any] = {}
+
+
+def _record_row(
+    buffers: dict[str, list[tuple[Any, ...]]], common: tuple[Any, ...], k: bytes | None, v: bytes | None, n: _Counts
+) -> None:
+    """The row of one record (not a control record) in its kind's buffer; ``common`` holds
+    broker, log partition, segment base, offset, batch offset, timestamp, producer id,
+    transactional and tombstone."""
+    if k is None:
+        buffers["bad"].append(("bad", *common, "record without a key"))
+        n.bad += 1
+        return
+    try:
+        key = schema.decode_key(k)
+        if isinstance(key, schema.OffsetCommitKey):
+            if v is None:
+                buffers["offset"].append(
+                    ("offset", *common, (k[0] << 8 | k[1]), None, key.group, key.topic, key.partition) + (None,) * 5
+                )
+            else:
+                ov = schema.decode_offset_commit_value(v)
+                buffers["offset"].append(
+                    (
+                        "offset",
+                        *common,
+                        (k[0] << 8 | k[1]),
+                        (v[0] << 8 | v[1]),
+                        key.group,
+                        key.topic,
+                        key.partition,
+                        ov.offset,
+                        ov.leader_epoch,
+                        ov.metadata,
+                        ov.commit_timestamp,
+                        ov.expire_timestamp,
+                    )
+                )
+        elif isinstance(key, schema.GroupMetadataKey):
+            if v is None:
+                buffers["group"].append(("group", *common, (k[0] << 8 | k[1]), None, key.group) + (None,) * 6)
+            else:
+                g = schema.decode_group_metadata_value(v)
+                consumer = g.protocol_type == "consumer"
+                buffers["group"].append(
+                    (
+                        "group",
+                        *common,
+                        (k[0] << 8 | k[1]),
+                        (v[0] << 8 | v[1]),
+                        key.group,
+                        g.protocol_type,
+                        g.generation,
+                        g.protocol,
+                        g.leader,
+                        g.current_state_timestamp,
+                        [_member_row(m, consumer, n.subscriptions, n.assignments) for m in g.members],
+                    )
+                )
+        elif cgr.is_consumer_record_type(key.version):
+            buffers["consumer"].append(("consumer", *common, key.version, *_consumer_fields(k, v)))
+        else:  # UnknownKey: share-group records, skipped as Kafka's Scala loader does
+            buffers["other"].append(("other", *common, key.version))
+            n.other += 1
+    except schema.OffsetsSchemaError as e:
+        buffers["bad"].append(("bad", *common, str(e)))
+        n.bad += 1
+
+
+class _CompiledRows:
+    """The compiled scan's sink (``FastSink``, coordinator/storage/segments.py): plain batches
+    are read by ``OffsetRows`` (protocol/_recwalk.pyx), which makes the offset rows itself, as
+    Arrow column buffers, and hands every other record back in :attr:`rest` for
+    :func:`_record_row` (docs/offsets-log-format.md, "Reading the log in the pipeline")."""
+
+    def __init__(self, make: Callable[[], Any], max_rows: int) -> None:
+        self.rows = make()
+        self.rest: list[tuple[int, int, int, int, bytes, bytes | None]] = []
+        self.fast_records = 0
+        self.max_rows = max_rows
+
+    def scanner(self) -> BatchScan:
+        scan, rest, max_rows = self.rows.scan, self.rest, self.max_rows
+
+        def bound(segment: mmap.mmap, pos: int, expected: int) -> tuple[int, int, int, int]:
+            result: tuple[int, int, int, int] = scan(segment, pos, expected, crc32c, rest, max_rows)
+            return result
+
+        return bound
+
+    def batch(self, broker: str, lp: int, sbase: int) -> pa.RecordBatch:
+        """The offset rows made so far, as one Arrow batch of :data:`ARROW_SCHEMA`."""
+        n, b = self.rows.take()
+
+        def fixed(name: str, validity: pa.Buffer | None = None) -> pa.Array:
+            return pa.Array.from_buffers(_TYPES[name], n, [validity, pa.py_buffer(b[name])])
+
+        def text(name: str, validity: pa.Buffer | None = None) -> pa.Array:
+            buffers = [validity, pa.py_buffer(b[name + "_offsets"]), pa.py_buffer(b[name + "_data"])]
+            return pa.Array.from_buffers(pa.string(), n, buffers)
+
+        def bitmap(name: str) -> pa.Array:
+            return pc.cast(pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(b[name])]), pa.bool_())
+
+        tombstone = bitmap("tombstone")
+        valued = pc.invert(tombstone).buffers()[1]  # the value's columns are null in a tombstone
+        cols = {
+            "kind": pa.repeat("offset", n),
+            "broker": pa.repeat(broker, n),
+            "log_partition": pa.repeat(pa.scalar(lp, pa.int32()), n),
+            "segment_base": pa.repeat(pa.scalar(sbase, pa.int64()), n),
+            "log_offset": fixed("log_offset"),
+            "batch_offset": fixed("batch_offset"),
+            "timestamp": fixed("timestamp"),
+            "producer_id": fixed("producer_id"),
+            "transactional": pa.repeat(False, n),
+            "tombstone": tombstone,
+            "key_version": fixed("key_version"),
+            "value_version": fixed("value_version", valued),
+            "group": text("group"),
+            "topic": text("topic"),
+            "partition": fixed("partition"),
+            "offset": fixed("offset", valued),
+            "leader_epoch": fixed("leader_epoch", valued),
+            "metadata": text("metadata", valued),
+            "commit_timestamp": fixed("commit_timestamp", valued),
+            "expire_timestamp": fixed("expire_timestamp", bitmap("expire_valid").buffers()[1]),
+        }
+        assert tuple(cols) == KIND_COLUMNS["offset"]
+        arrays = [cols[name] if name in cols else pa.nulls(n, type=_TYPES[name]) for name in COLUMNS]
+        return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
 def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """Arrow batches of one segment's records, then its ``segment`` row.  Never raises for bad
-    data: reading stops at the first torn or corrupt batch and the segment row says so."""
+    data: reading stops at the first torn or corrupt batch and the segment row says so.
+
+    Rows come out grouped by kind, in no set order: the tables order them by offset."""
     buffers: dict[str, list[tuple[Any, ...]]] = {k: [] for k in KIND_COLUMNS}
     offsets, groups = buffers["offset"], buffers["group"]
-    n_batches = n_records = n_bad = n_other = valid_bytes = 0
+    counts = _Counts()
+    n_records = 0
     first_offset: int | None = None
-    last_offset: int | None = None
     status, error = STATUS_OK, None
     broker, lp, sbase = seg.broker, seg.log_partition, seg.base_offset
-    decode_key = schema.decode_key
-    offset_key, group_key = schema.OffsetCommitKey, schema.GroupMetadataKey
-    reader = SegmentReader(Path(seg.path), sbase, is_last=seg.is_last)
+    make = rec.compiled_offset_rows()
+    fast = _CompiledRows(make, batch_rows) if make is not None else None
+    reader = SegmentReader(Path(seg.path), sbase, is_last=seg.is_last, fast=fast)
+
+    def take_rest() -> None:
+        assert fast is not None
+        for boff, pid, offset, ts, k, v in fast.rest:
+            _record_row(buffers, (broker, lp, sbase, offset, boff, ts, pid, False, v is None), k, v, counts)
+        fast.rest.clear()
+
     try:
         for batch in reader:
             h = batch.header
@@ -295,86 +485,18 @@ def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[p
                 for r in batch.records:
                     common = (broker, lp, sbase, r.offset, boff, r.timestamp, pid, txn, r.value is None)
                     buffers["marker"].append(("marker", *common, rec.control_type(r)))
-            for r in () if h.is_control else batch.records:
-                k, v = r.key, r.value
-                common = (broker, lp, sbase, r.offset, boff, r.timestamp, pid, txn, v is None)
-                if k is None:
-                    buffers["bad"].append(("bad", *common, "record without a key"))
-                    n_bad += 1
-                    continue
-                try:
-                    key = decode_key(k)
-                    if isinstance(key, offset_key):
-                        if v is None:
-                            offsets.append(
-                                (
-                                    "offset",
-                                    *common,
-                                    (k[0] << 8 | k[1]),
-                                    None,
-                                    key.group,
-                                    key.topic,
-                                    key.partition,
-                                    None,
-                                    None,
-                                    None,
-                                    None,
-                                    None,
-                                )
-                            )
-                        else:
-                            ov = schema.decode_offset_commit_value(v)
-                            offsets.append(
-                                (
-                                    "offset",
-                                    *common,
-                                    (k[0] << 8 | k[1]),
-                                    (v[0] << 8 | v[1]),
-                                    key.group,
-                                    key.topic,
-                                    key.partition,
-                                    ov.offset,
-                                    ov.leader_epoch,
-                                    ov.metadata,
-                                    ov.commit_timestamp,
-                                    ov.expire_timestamp,
-                                )
-                            )
-                    elif isinstance(key, group_key):
-                        if v is None:
-                            groups.append(("group", *common, (k[0] << 8 | k[1]), None, key.group) + (None,) * 6)
-                        else:
-                            g = schema.decode_group_metadata_value(v)
-                            consumer = g.protocol_type == "consumer"
-                            groups.append(
-                                (
-                                    "group",
-                                    *common,
-                                    (k[0] << 8 | k[1]),
-                                    (v[0] << 8 | v[1]),
-                                    key.group,
-                                    g.protocol_type,
-                                    g.generation,
-                                    g.protocol,
-                                    g.leader,
-                                    g.current_state_timestamp,
-                                    [_member_row(m, consumer) for m in g.members],
-                                )
-                            )
-                    elif cgr.is_consumer_record_type(key.version):
-                        buffers["consumer"].append(("consumer", *common, key.version, *_consumer_fields(k, v)))
-                    else:  # UnknownKey: share-group records, skipped as Kafka's Scala loader does
-                        buffers["other"].append(("other", *common, key.version))
-                        n_other += 1
-                except schema.OffsetsSchemaError as e:
-                    buffers["bad"].append(("bad", *common, str(e)))
-                    n_bad += 1
-            n_batches += 1
+            else:
+                for r in batch.records:
+                    v = r.value
+                    common = (broker, lp, sbase, r.offset, boff, r.timestamp, pid, txn, v is None)
+                    _record_row(buffers, common, r.key, v, counts)
             n_records += len(batch.records)
-            valid_bytes = h.end
             if first_offset is None:
                 first_offset = h.base_offset
-            last_offset = h.last_offset
+            if fast is not None:
+                take_rest()
+                if fast.rows.rows >= batch_rows:
+                    yield fast.batch(broker, lp, sbase)
             if len(offsets) >= batch_rows:
                 yield _to_batch("offset", offsets)
                 offsets.clear()
@@ -387,6 +509,14 @@ def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[p
         status, error = ("unsupported" if e.unsupported else "corrupt"), e.reason
     except OSError as e:
         status, error = "unreadable", f"{type(e).__name__}: {e}"
+    done = reader.segment
+    if fast is not None:
+        take_rest()
+        n_records += fast.fast_records
+        if fast.rows.first_offset >= 0 and (first_offset is None or fast.rows.first_offset < first_offset):
+            first_offset = fast.rows.first_offset
+        if fast.rows.rows:
+            yield fast.batch(broker, lp, sbase)
     buffers["segment"].append(
         (
             "segment",
@@ -395,13 +525,13 @@ def decode_segment(seg: SegmentFile, batch_rows: int = BATCH_ROWS) -> Iterator[p
             sbase,
             seg.path,
             seg.size,
-            valid_bytes,
-            n_batches,
+            done.size,
+            done.batches,
             n_records,
-            n_bad,
-            n_other,
+            counts.bad,
+            counts.other,
             first_offset,
-            last_offset,
+            done.next_offset - 1 if done.batches else None,
             status,
             error,
         )

@@ -21,3 +21,17 @@ def scan_offsets_batches(
     others: list[tuple[bytes, bytes | None]],
     crc: Callable[[memoryview], int],
 ) -> tuple[int, int, int, int]: ...
+
+class OffsetRows:
+    rows: int
+    first_offset: int
+    def take(self) -> tuple[int, dict[str, bytes]]: ...
+    def scan(
+        self,
+        segment: bytes | bytearray | memoryview | mmap.mmap,
+        pos: int,
+        expected: int,
+        crc: Callable[[memoryview], int],
+        rest: list[tuple[int, int, int, int, bytes, bytes | None]],
+        max_rows: int,
+    ) -> tuple[int, int, int, int]: ...

@@ -1,18 +1,22 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
-"""The record walk of the produce check, compiled (optional; built from source by Cython at
-install when a C compiler is there).
+"""Record walks, compiled (optional; built from source by Cython at install when a C compiler is
+there): the produce check's (``walk_times``), the offsets-log replay's (``scan_offsets_batches``)
+and the pipeline's offset rows (``OffsetRows``).  Each has a Python reference that the tests run
+on the same bytes, and each answers only for bytes the reference accepts.
 
-The reference is ``_walk_records`` in ``protocol/records.py``: this walks the same fields of the
-same records, as Kafka's ``DefaultRecord.readFrom`` reads them.  It only ever answers for bytes
-the reference accepts: whenever anything is unusual (a record that does not frame, a varint
-longer than the fast cases handle, a sum outside 64 bits), it answers ``None`` and the caller
-walks the same bytes with the reference, which words the error, or accepts what this was too
-cautious to.  Every read is checked against the record's end before it is made, so no input
-reads outside the buffer (tests/test_record_walk.py runs both on valid and corrupted bytes).
+The produce walk's reference is ``_walk_records`` in ``protocol/records.py``: this walks the same
+fields of the same records, as Kafka's ``DefaultRecord.readFrom`` reads them.  Whenever anything
+is unusual (a record that does not frame, a varint longer than the fast cases handle, a sum
+outside 64 bits), it answers ``None`` and the caller walks the same bytes with the reference,
+which words the error, or accepts what this was too cautious to.  Every read is checked against
+the record's end before it is made, so no input reads outside the buffer
+(tests/test_record_walk.py, tests/test_replay_scan.py, tests/test_pipeline_compiled.py).
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from libc.stdint cimport int64_t, uint64_t, INT64_MAX, INT64_MIN
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t, INT64_MAX, INT64_MIN
+from libc.stdlib cimport free, realloc
+from libc.string cimport memcpy
 
 
 cdef inline bint _varint(const unsigned char *data, Py_ssize_t *pos, Py_ssize_t end,
@@ -138,13 +142,13 @@ cdef inline int64_t _be(const unsigned char *p, int size) noexcept:
 
 
 cdef inline bint _plain_record(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t n,
-                               Py_ssize_t *kpos, int64_t *klen, Py_ssize_t *vpos, int64_t *vlen) noexcept:
+                               Py_ssize_t *kpos, int64_t *klen, Py_ssize_t *vpos, int64_t *vlen,
+                               int64_t *ts_delta, int64_t *off_delta) noexcept:
     """One record from ``pos`` (as ``_walk_records`` frames it) with a key of two bytes or more
     and no headers; False when it is not one."""
     cdef Py_ssize_t p = pos[0]
     cdef Py_ssize_t end
-    cdef int64_t ts_delta, off_delta
-    if not _record_head(buf, &p, n, &end, &ts_delta, &off_delta):
+    if not _record_head(buf, &p, n, &end, ts_delta, off_delta):
         return False
     if not _varint(buf, &p, end, 5, klen):
         return False
@@ -168,6 +172,53 @@ cdef inline bint _plain_record(const unsigned char *buf, Py_ssize_t *pos, Py_ssi
     return True
 
 
+cdef int _take_batch(const unsigned char *buf, Py_ssize_t n, Py_ssize_t pos, int64_t expected,
+                     object view, object crc, Py_ssize_t *end, int64_t *base_offset,
+                     int64_t *count, int64_t *last_delta) except -1:
+    """1 when the batch at ``pos`` is one the compiled scans take (above: its header, every
+    record's framing and its CRC-32C checked, nothing else done), else 0."""
+    cdef int64_t batch_length
+    cdef Py_ssize_t size, rp, kpos, vpos, i
+    cdef int64_t klen, vlen, ts_delta, off_delta
+    cdef int attributes
+    cdef uint64_t stored
+    if pos < 0 or n - pos < 61:
+        return 0
+    base_offset[0] = _be(buf + pos, 8)
+    batch_length = _be(buf + pos + 8, 4)
+    if batch_length < 49 or batch_length > n - pos - 12:
+        return 0
+    size = batch_length + 12
+    end[0] = pos + size
+    if buf[pos + 16] != 2:  # magic
+        return 0
+    attributes = <int>_be(buf + pos + 21, 2)
+    if attributes & 0x07 or attributes & 0x30:  # compressed, transactional or control
+        return 0
+    last_delta[0] = _be(buf + pos + 23, 4)
+    count[0] = _be(buf + pos + 57, 4)
+    # the next offset (base offset + lastOffsetDelta + 1) stays far inside 64 bits
+    if (count[0] < 0 or last_delta[0] < 0 or base_offset[0] < expected
+            or base_offset[0] > INT64_MAX - (<int64_t>1 << 40)):
+        return 0
+    if count[0] > (size - 61) // 7:
+        return 0
+    rp = pos + 61
+    for i in range(count[0]):
+        if not _plain_record(buf, &rp, end[0], &kpos, &klen, &vpos, &vlen, &ts_delta, &off_delta):
+            return 0
+    if rp != end[0]:
+        return 0
+    stored = <uint64_t>_be(buf + pos + 17, 4) & 0xFFFFFFFF
+    piece = view[pos + 21 : end[0]]
+    try:
+        if crc(piece) != stored:
+            return 0
+    finally:
+        piece.release()
+    return 1
+
+
 def scan_offsets_batches(object segment, Py_ssize_t pos, int64_t expected, dict last, list others, object crc):
     """Scan the batches of ``segment`` (bytes or mmap) from ``pos`` while each is one the
     loader's fast path takes (above).  A record whose key's version is 0, 1 or 2 (offset commit,
@@ -181,54 +232,19 @@ def scan_offsets_batches(object segment, Py_ssize_t pos, int64_t expected, dict 
     cdef const unsigned char[:] data = segment
     cdef Py_ssize_t n = data.shape[0]
     cdef const unsigned char *buf
-    cdef Py_ssize_t size, end, p, rp, kpos, vpos, i
-    cdef int64_t base_offset, batch_length, count, last_delta, klen, vlen
-    cdef int attributes, version
-    cdef uint64_t stored
+    cdef Py_ssize_t end, rp, kpos, vpos, i
+    cdef int64_t base_offset, count, last_delta, klen, vlen, ts_delta, off_delta
+    cdef int version
     cdef Py_ssize_t batches = 0, records = 0
     if n == 0:
         return pos, expected, 0, 0
     buf = &data[0]
     view = memoryview(segment)
     try:
-        while pos >= 0 and n - pos >= 61:
-            base_offset = _be(buf + pos, 8)
-            batch_length = _be(buf + pos + 8, 4)
-            if batch_length < 49 or batch_length > n - pos - 12:
-                break
-            size = batch_length + 12
-            end = pos + size
-            if buf[pos + 16] != 2:  # magic
-                break
-            attributes = <int>_be(buf + pos + 21, 2)
-            if attributes & 0x07 or attributes & 0x30:  # compressed, transactional or control
-                break
-            last_delta = _be(buf + pos + 23, 4)
-            count = _be(buf + pos + 57, 4)
-            # the next offset (base offset + lastOffsetDelta + 1) stays far inside 64 bits
-            if count < 0 or last_delta < 0 or base_offset < expected or base_offset > INT64_MAX - (<int64_t>1 << 40):
-                break
-            if count > (size - 61) // 7:
-                break
-            # every record first, without a side effect: the batch is taken whole or not at all
+        while _take_batch(buf, n, pos, expected, view, crc, &end, &base_offset, &count, &last_delta):
             rp = pos + 61
             for i in range(count):
-                if not _plain_record(buf, &rp, end, &kpos, &klen, &vpos, &vlen):
-                    break
-            else:
-                i = count
-            if i != count or rp != end:
-                break
-            stored = <uint64_t>_be(buf + pos + 17, 4) & 0xFFFFFFFF
-            piece = view[pos + 21 : end]
-            try:
-                if crc(piece) != stored:
-                    break
-            finally:
-                piece.release()
-            rp = pos + 61
-            for i in range(count):
-                _plain_record(buf, &rp, end, &kpos, &klen, &vpos, &vlen)
+                _plain_record(buf, &rp, end, &kpos, &klen, &vpos, &vlen, &ts_delta, &off_delta)
                 key = PyBytes_FromStringAndSize(<const char *>buf + kpos, klen)
                 value = None if vlen < 0 else PyBytes_FromStringAndSize(<const char *>buf + vpos, vlen)
                 version = <int>_be(buf + kpos, 2)
@@ -256,3 +272,292 @@ def scan_offsets_batches(object segment, Py_ssize_t pos, int64_t expected, dict 
     finally:
         view.release()
     return pos, expected, batches, records
+
+
+# --- the pipeline's offset rows ---------------------------------------------------------------
+# ``OffsetRows.scan`` takes the same batches as the replay scan and decodes their offset commit
+# records straight into Arrow column buffers: the ``offset`` rows of pipeline/decode.py, whose
+# per-record Python code is the reference.  A record is decoded here only when it is an offset
+# commit key (version 0 or 1) with ASCII strings and, unless a tombstone, a value of version 0
+# to 3 with an ASCII metadata string, every field inside the bytes; any other record goes back
+# to the caller whole, for the reference to make its row (or word its error).  ASCII: it is valid
+# UTF-8 as it stands, so the bytes are the column's bytes.
+
+cdef struct _Buf:
+    char *p
+    Py_ssize_t n
+    Py_ssize_t cap
+
+
+cdef int _reserve(_Buf *b, Py_ssize_t extra) except -1:
+    """Room for ``extra`` more bytes."""
+    cdef Py_ssize_t want = b.n + extra
+    cdef Py_ssize_t cap
+    cdef char *p
+    if want <= b.cap:
+        return 0
+    cap = b.cap * 2
+    if cap < want:
+        cap = want
+    if cap < 4096:
+        cap = 4096
+    p = <char *>realloc(b.p, cap)
+    if p == NULL:
+        raise MemoryError()
+    b.p = p
+    b.cap = cap
+    return 0
+
+
+cdef inline void _put64(_Buf *b, int64_t v) noexcept:
+    memcpy(b.p + b.n, &v, 8)
+    b.n += 8
+
+
+cdef inline void _put32(_Buf *b, int32_t v) noexcept:
+    memcpy(b.p + b.n, &v, 4)
+    b.n += 4
+
+
+cdef inline void _put16(_Buf *b, int16_t v) noexcept:
+    memcpy(b.p + b.n, &v, 2)
+    b.n += 2
+
+
+cdef inline void _put8(_Buf *b, uint8_t v) noexcept:
+    b.p[b.n] = <char>v
+    b.n += 1
+
+
+cdef inline void _putstr(_Buf *offsets, _Buf *data, const unsigned char *src, Py_ssize_t size) noexcept:
+    memcpy(data.p + data.n, src, size)
+    data.n += size
+    _put32(offsets, <int32_t>data.n)
+
+
+cdef inline bint _ascii_string(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end,
+                               Py_ssize_t *start, Py_ssize_t *size) noexcept:
+    """A non-null classic STRING (int16 length) of ASCII bytes at ``pos``, inside ``end``."""
+    cdef Py_ssize_t p = pos[0]
+    cdef Py_ssize_t n, i
+    if end - p < 2:
+        return False
+    n = (buf[p] << 8) | buf[p + 1]
+    if n & 0x8000:
+        return False
+    p += 2
+    if n > end - p:
+        return False
+    for i in range(n):
+        if buf[p + i] >= 0x80:
+            return False
+    start[0] = p
+    size[0] = n
+    pos[0] = p + n
+    return True
+
+
+# the column buffers of OffsetRows, by index: int64 columns, int32 ones (string offsets
+# included), int16 ones, one byte per row, string bytes
+cdef enum:
+    LOG_OFFSET, BATCH_OFFSET, TIMESTAMP, PRODUCER_ID, OFFSET, COMMIT_TIMESTAMP, EXPIRE_TIMESTAMP
+    PARTITION, LEADER_EPOCH, GROUP_OFFSETS, TOPIC_OFFSETS, METADATA_OFFSETS
+    KEY_VERSION, VALUE_VERSION
+    TOMBSTONE, EXPIRE_VALID
+    GROUP_DATA, TOPIC_DATA, METADATA_DATA
+    N_BUFS
+
+_BUF_NAMES = (
+    "log_offset", "batch_offset", "timestamp", "producer_id", "offset", "commit_timestamp", "expire_timestamp",
+    "partition", "leader_epoch", "group_offsets", "topic_offsets", "metadata_offsets",
+    "key_version", "value_version",
+    "tombstone", "expire_valid",
+    "group_data", "topic_data", "metadata_data",
+)
+
+
+cdef class OffsetRows:
+    """Column buffers of offset rows, filled by :meth:`scan` and handed over by :meth:`take`."""
+
+    cdef _Buf bufs[<int>N_BUFS]
+    cdef readonly Py_ssize_t rows
+    # the base offset of the first batch taken since this was made, or -1
+    cdef readonly int64_t first_offset
+
+    def __cinit__(self):
+        self.first_offset = -1
+        self._restart()
+
+    def __dealloc__(self):
+        cdef int i
+        for i in range(N_BUFS):
+            free(self.bufs[i].p)
+            self.bufs[i].p = NULL
+
+    cdef int _restart(self) except -1:
+        cdef int i
+        for i in range(N_BUFS):
+            self.bufs[i].n = 0
+        for i in (GROUP_OFFSETS, TOPIC_OFFSETS, METADATA_OFFSETS):
+            _reserve(&self.bufs[i], 4)
+            _put32(&self.bufs[i], 0)
+        self.rows = 0
+        return 0
+
+    def take(self):
+        """(rows, {column: bytes}) of the rows made since the last take, and start anew.  Numbers
+        in native byte order; ``tombstone`` and ``expire_valid`` one byte (0 or 1) per row;
+        strings as ``<name>_offsets`` (int32, rows + 1) and ``<name>_data``."""
+        cdef Py_ssize_t n = self.rows
+        cdef int i
+        cols = {}
+        for i in range(N_BUFS):
+            cols[_BUF_NAMES[i]] = PyBytes_FromStringAndSize(self.bufs[i].p, self.bufs[i].n)
+        self._restart()
+        return n, cols
+
+    def scan(self, object segment, Py_ssize_t pos, int64_t expected, object crc, list rest, Py_ssize_t max_rows):
+        """Take batches from ``pos`` as ``scan_offsets_batches`` does, while fewer than
+        ``max_rows`` rows are held: each record becomes a row here or goes to ``rest`` as
+        (batch base offset, producer id, offset, timestamp, key, value), in log order.
+
+        Returns (position after the last batch taken, the offset after it, batches, records)."""
+        cdef const unsigned char[:] data = segment
+        cdef Py_ssize_t n = data.shape[0]
+        cdef const unsigned char *buf
+        cdef const unsigned char *k
+        cdef const unsigned char *v
+        cdef Py_ssize_t end, rp, kpos, vpos, i, j, p, gpos, glen, tpos, tlen, mpos, mlen
+        cdef int64_t base_offset, count, last_delta, klen, vlen, ts_delta, off_delta
+        cdef int64_t base_ts, max_ts, pid, ts, off, off_val, commit_ts, expire
+        cdef int32_t part, epoch
+        cdef int kv, vv
+        cdef bint log_append, ts_ok, expire_set
+        cdef Py_ssize_t batches = 0, records = 0
+        if n == 0:
+            return pos, expected, 0, 0
+        buf = &data[0]
+        view = memoryview(segment)
+        try:
+            while self.rows < max_rows and _take_batch(buf, n, pos, expected, view, crc, &end, &base_offset,
+                                                        &count, &last_delta):
+                # string bytes come from the batch: its size bounds them (int32 offsets)
+                if self.bufs[GROUP_DATA].n + self.bufs[TOPIC_DATA].n + self.bufs[METADATA_DATA].n > 0x7FFFFFFF - (end - pos):
+                    break
+                for j in range(N_BUFS):
+                    if j <= EXPIRE_TIMESTAMP:
+                        _reserve(&self.bufs[j], 8 * count)
+                    elif j <= METADATA_OFFSETS:
+                        _reserve(&self.bufs[j], 4 * count)
+                    elif j <= VALUE_VERSION:
+                        _reserve(&self.bufs[j], 2 * count)
+                    elif j <= EXPIRE_VALID:
+                        _reserve(&self.bufs[j], count)
+                    else:
+                        _reserve(&self.bufs[j], end - pos)
+                if self.first_offset < 0:
+                    self.first_offset = base_offset
+                log_append = (_be(buf + pos + 21, 2) & 0x08) != 0
+                base_ts = _be(buf + pos + 27, 8)
+                max_ts = _be(buf + pos + 35, 8)
+                pid = _be(buf + pos + 43, 8)
+                rp = pos + 61
+                for i in range(count):
+                    _plain_record(buf, &rp, end, &kpos, &klen, &vpos, &vlen, &ts_delta, &off_delta)
+                    off = base_offset + off_delta
+                    if log_append:
+                        ts, ts_ok = max_ts, True
+                    else:
+                        ts_ok = not ((ts_delta > 0 and base_ts > INT64_MAX - ts_delta)
+                                     or (ts_delta < 0 and base_ts < INT64_MIN - ts_delta))
+                        ts = base_ts + ts_delta if ts_ok else 0
+                    # the key: version 0 or 1, group, topic, partition
+                    k = buf + kpos
+                    kv = <int>_be(k, 2)
+                    p = 2
+                    if (not ts_ok or (kv != 0 and kv != 1) or not _ascii_string(k, &p, klen, &gpos, &glen)
+                            or not _ascii_string(k, &p, klen, &tpos, &tlen) or klen - p < 4):
+                        self._rest(rest, buf, base_offset, pid, off, base_ts, ts_delta, ts, ts_ok,
+                                   kpos, klen, vpos, vlen)
+                        continue
+                    part = <int32_t>_be(k + p, 4)
+                    vv = -1
+                    if vlen >= 0:
+                        # the value: version 0 to 3
+                        v = buf + vpos
+                        if vlen < 2:
+                            vv = 4
+                        else:
+                            vv = <int>_be(v, 2)
+                        expire_set = False
+                        expire = 0
+                        epoch = -1
+                        if vv == 3:
+                            p = 14
+                            if vlen < 14 or not _ascii_string(v, &p, vlen, &mpos, &mlen) or vlen - p < 8:
+                                vv = 4
+                            else:
+                                off_val = _be(v + 2, 8)
+                                epoch = <int32_t>_be(v + 10, 4)
+                        elif 0 <= vv <= 2:
+                            p = 10
+                            if vlen < 10 or not _ascii_string(v, &p, vlen, &mpos, &mlen) or vlen - p < 8:
+                                vv = 4
+                            elif vv == 1 and vlen - p < 16:
+                                vv = 4
+                            else:
+                                off_val = _be(v + 2, 8)
+                                if vv == 1:
+                                    expire = _be(v + p + 8, 8)
+                                    expire_set = expire != -1
+                        else:
+                            vv = 4
+                        if vv == 4:
+                            self._rest(rest, buf, base_offset, pid, off, base_ts, ts_delta, ts, ts_ok,
+                                       kpos, klen, vpos, vlen)
+                            continue
+                        commit_ts = _be(v + p, 8)
+                    # a row
+                    _put64(&self.bufs[LOG_OFFSET], off)
+                    _put64(&self.bufs[BATCH_OFFSET], base_offset)
+                    _put64(&self.bufs[TIMESTAMP], ts)
+                    _put64(&self.bufs[PRODUCER_ID], pid)
+                    _put16(&self.bufs[KEY_VERSION], <int16_t>kv)
+                    _putstr(&self.bufs[GROUP_OFFSETS], &self.bufs[GROUP_DATA], k + gpos, glen)
+                    _putstr(&self.bufs[TOPIC_OFFSETS], &self.bufs[TOPIC_DATA], k + tpos, tlen)
+                    _put32(&self.bufs[PARTITION], part)
+                    if vlen < 0:
+                        _put8(&self.bufs[TOMBSTONE], 1)
+                        _put16(&self.bufs[VALUE_VERSION], 0)
+                        _put64(&self.bufs[OFFSET], 0)
+                        _put32(&self.bufs[LEADER_EPOCH], 0)
+                        _put32(&self.bufs[METADATA_OFFSETS], <int32_t>self.bufs[METADATA_DATA].n)
+                        _put64(&self.bufs[COMMIT_TIMESTAMP], 0)
+                        _put8(&self.bufs[EXPIRE_VALID], 0)
+                        _put64(&self.bufs[EXPIRE_TIMESTAMP], 0)
+                    else:
+                        _put8(&self.bufs[TOMBSTONE], 0)
+                        _put16(&self.bufs[VALUE_VERSION], <int16_t>vv)
+                        _put64(&self.bufs[OFFSET], off_val)
+                        _put32(&self.bufs[LEADER_EPOCH], epoch)
+                        _putstr(&self.bufs[METADATA_OFFSETS], &self.bufs[METADATA_DATA], v + mpos, mlen)
+                        _put64(&self.bufs[COMMIT_TIMESTAMP], commit_ts)
+                        _put8(&self.bufs[EXPIRE_VALID], 1 if expire_set else 0)
+                        _put64(&self.bufs[EXPIRE_TIMESTAMP], expire if expire_set else 0)
+                    self.rows += 1
+                records += count
+                batches += 1
+                expected = base_offset + last_delta + 1
+                pos = end
+        finally:
+            view.release()
+        return pos, expected, batches, records
+
+    cdef int _rest(self, list rest, const unsigned char *buf, int64_t base_offset, int64_t pid, int64_t off,
+                   int64_t base_ts, int64_t ts_delta, int64_t ts, bint ts_ok,
+                   Py_ssize_t kpos, int64_t klen, Py_ssize_t vpos, int64_t vlen) except -1:
+        key = PyBytes_FromStringAndSize(<const char *>buf + kpos, klen)
+        value = None if vlen < 0 else PyBytes_FromStringAndSize(<const char *>buf + vpos, vlen)
+        timestamp = ts if ts_ok else (<object>base_ts) + (<object>ts_delta)
+        rest.append((base_offset, pid, off, timestamp, key, value))
+        return 0

@@ -339,7 +339,77 @@ def encode_group_metadata_value(value: GroupMetadataValue, version: int = WRITE_
     return w.done()
 
 
+_I32_I32_I32 = struct.Struct(">iii")
+_GROUP_V3_PREFIX: Final = _I16.pack(WRITE_GROUP_METADATA_VALUE_VERSION)
+
+
+def _classic_nullable_string(data: bytes, pos: int) -> tuple[str | None, int]:
+    """A nullable classic STRING at ``pos`` (any negative length is null); IndexError,
+    ValueError when it is not there whole."""
+    n = (data[pos] << 8) | data[pos + 1]
+    if n & 0x8000:
+        return None, pos + 2
+    end = pos + 2 + n
+    if end > len(data):
+        raise OffsetsSchemaError("truncated")
+    return data[pos + 2 : end].decode("utf-8"), end
+
+
+def _group_metadata_value_v3(data: bytes) -> GroupMetadataValue:
+    """Version 3, what Kafka writes, read directly (the generic reader below is the reference:
+    the same fields, no check of trailing bytes).  Raises IndexError, ValueError or struct.error
+    for anything it does not read whole; the caller then reads the bytes with the reference,
+    which words the error."""
+    protocol_type, pos = _classic_string(data, 2)
+    generation = _I32.unpack_from(data, pos)[0]
+    protocol, pos = _classic_nullable_string(data, pos + 4)
+    leader, pos = _classic_nullable_string(data, pos)
+    current_state_ts, count = _I64_I32.unpack_from(data, pos)
+    pos += 12
+    if count < 0 or count > len(data) - pos:
+        raise OffsetsSchemaError("bad member count")
+    members = []
+    for _ in range(count):
+        member_id, pos = _classic_string(data, pos)
+        instance_id, pos = _classic_nullable_string(data, pos)
+        client_id, pos = _classic_string(data, pos)
+        client_host, pos = _classic_string(data, pos)
+        rebalance_timeout, session_timeout, size = _I32_I32_I32.unpack_from(data, pos)
+        pos += 12
+        if size < 0 or pos + size > len(data):
+            raise OffsetsSchemaError("bad subscription")
+        subscription = data[pos : pos + size]
+        pos += size
+        size = _I32.unpack_from(data, pos)[0]
+        pos += 4
+        if size < 0 or pos + size > len(data):
+            raise OffsetsSchemaError("bad assignment")
+        members.append(
+            MemberMetadata(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout,
+                session_timeout,
+                subscription,
+                data[pos : pos + size],
+            )
+        )
+        pos += size
+    return GroupMetadataValue(protocol_type, generation, protocol, leader, current_state_ts, tuple(members))
+
+
 def decode_group_metadata_value(data: bytes) -> GroupMetadataValue:
+    if data[:2] == _GROUP_V3_PREFIX:
+        try:
+            return _group_metadata_value_v3(data)
+        except (IndexError, ValueError, struct.error):
+            pass  # the reference reads it again and words the error
+    return _group_metadata_value_reference(data)
+
+
+def _group_metadata_value_reference(data: bytes) -> GroupMetadataValue:
     v = record_version(data)
     if v not in GROUP_METADATA_VALUE_VERSIONS:
         raise OffsetsSchemaError(f"unknown GroupMetadataValue version {v}")

@@ -583,8 +583,9 @@ _use_compiled = True
 @contextlib.contextmanager
 def compiled_walk(enabled: bool) -> Iterator[None]:
     """Within the block, the compiled walks (when built) are used only if ``enabled``: the
-    produce check's (:func:`latest_record_times`) and the offsets-log replay's
-    (:func:`compiled_offsets_scan`); the tests run both ways on the same bytes."""
+    produce check's (:func:`latest_record_times`), the offsets-log replay's
+    (:func:`compiled_offsets_scan`) and the pipeline's (:func:`compiled_offset_rows`); the tests
+    run both ways on the same bytes."""
     global _use_compiled
     before, _use_compiled = _use_compiled, enabled
     try:
@@ -601,6 +602,16 @@ def compiled_offsets_scan() -> Callable[..., tuple[int, int, int, int]] | None:
         return None
     scan: Callable[..., tuple[int, int, int, int]] = _compiled.scan_offsets_batches
     return scan
+
+
+def compiled_offset_rows() -> Callable[[], Any] | None:
+    """The compiled builder of the pipeline's offset rows (``OffsetRows`` in
+    ``protocol/_recwalk.pyx``; pipeline/decode.py makes the rows it leaves), or None when it was
+    not built or is switched off."""
+    if _compiled is None or not _use_compiled:
+        return None
+    rows: Callable[[], Any] = _compiled.OffsetRows
+    return rows
 
 
 def _latest_compiled(data: bytes, h: BatchHeader, every: int) -> Iterator[tuple[int, int, int]]:

@@ -7,141 +7,28 @@ the segments, the repair report and the damage (or the error raised) must be equ
 generated logs mix what the scan takes (plain commits, tombstones, group records, KIP-848 and
 share records, keys of versions 0 and 1 for one partition) with what it leaves to the reference
 (transactional batches and their markers, compressed batches, records with headers or without
-a key, keys that do not decode), and then damage them."""
+a key, keys that do not decode), and then damage them (tests/support/generated_logs.py)."""
 
 from __future__ import annotations
 
-import gzip
 import random
 import shutil
-import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rallypoint.protocol import records as R
 from rallypoint.protocol.offsets_schema import (
-    GroupMetadataKey,
-    GroupMetadataValue,
     OffsetCommitKey,
     OffsetCommitValue,
-    encode_offset_commit_key,
     encode_record,
 )
 from rallypoint.storage.recovery import replay_partition
-from rallypoint.storage.segments import CorruptLogError, segment_name
+from rallypoint.storage.segments import CorruptLogError
+
+from tests.support import generated_logs as logs
 
 pytestmark = pytest.mark.unit
-
-Entry = tuple[bytes | None, bytes | None]
-
-
-def _commit(rng: random.Random, i: int) -> Entry:
-    key = OffsetCommitKey(f"g{rng.randint(0, 3)}", rng.choice(("a", "b")), rng.randint(0, 4))
-    if rng.random() < 0.1:
-        return encode_record(key, None)
-    raw_key, value = encode_record(key, OffsetCommitValue(i, rng.choice(("", "m")), 1_700_000_000_000 + i))
-    if rng.random() < 0.01:  # the same key written as version 0: one key for the loader
-        raw_key = encode_offset_commit_key(key, 0)
-    return raw_key, value
-
-
-def _entry(rng: random.Random, i: int) -> Entry:
-    roll = rng.random()
-    if roll < 0.6:
-        return _commit(rng, i)
-    if roll < 0.75:
-        gkey = GroupMetadataKey(f"g{rng.randint(0, 3)}")
-        if rng.random() < 0.2:
-            return encode_record(gkey, None)
-        return encode_record(gkey, GroupMetadataValue("consumer", i, "range", "m-1", i))
-    if roll < 0.85:  # a KIP-848 (3-8, 16) or share-group record, or an unknown version
-        version = rng.choice((3, 4, 5, 8, 16, 9, 99, -1))
-        return struct.pack(">h", version) + bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 12))), (
-            None if rng.random() < 0.2 else b"\x00\x01v%d" % i
-        )
-    if roll < 0.9:  # a value that does not decode: counted once, in the result
-        key, _ = _commit(rng, i)
-        return key, b"\x00\x03\x01"
-    return _commit(rng, i)
-
-
-def _odd_entry(rng: random.Random) -> Entry:
-    """An entry the loader's reference path words: no key, a short key, a key that does not
-    decode (a version-1 key whose group string runs past the key)."""
-    return rng.choice(((None, b"x"), (b"\x00", b"x"), (b"\x00\x01\x00\x09ab", b"x"), (b"\x00\x02\x00", None)))
-
-
-def _batch(rng: random.Random, base: int, pid_state: dict[int, int]) -> bytes:
-    kind = rng.random()
-    ts = 1_700_000_000_000 + base
-    n = rng.randint(1, 5)
-    if kind < 0.7:
-        entries = [_entry(rng, base + j) for j in range(n)]
-        if rng.random() < 0.05:
-            entries[rng.randrange(n)] = _odd_entry(rng)
-        return R.build_batch(base, entries, ts)
-    recs = [R.Record(base + j, ts, *_entry(rng, base + j)) for j in range(n)]
-    if kind < 0.8:  # a transactional batch of some producer
-        pid = rng.randint(1, 3)
-        pid_state[pid] = base
-        return R.encode_batch(recs, base_offset=base, producer_id=pid, producer_epoch=0, transactional=True)
-    if kind < 0.88 and pid_state:  # its marker
-        pid = rng.choice(sorted(pid_state))
-        del pid_state[pid]
-        return R.end_txn_marker(base, ts, pid, 0, rng.random() < 0.7)
-    if kind < 0.94:  # compressed
-        h = R.parse_header(R.encode_batch(recs, base_offset=base))
-        payload = gzip.compress(bytes(R.encode_records(recs, base, ts)))
-        return R.assemble_batch(h._replace(attributes=h.attributes | 1), payload)
-    # a record with a header
-    recs[0] = recs[0]._replace(headers=(("h", b"v"),))
-    return R.encode_batch(recs, base_offset=base)
-
-
-def _segments(rng: random.Random, batches: int) -> list[tuple[int, bytearray]]:
-    """Segments (base offset, bytes) of a generated log: gaps between batches sometimes (as after
-    compaction), a new segment now and then."""
-    segs: list[tuple[int, bytearray]] = [(0, bytearray())]
-    offset = 0
-    pid_state: dict[int, int] = {}
-    for _ in range(batches):
-        if rng.random() < 0.1:
-            offset += rng.randint(1, 5)
-        if rng.random() < 0.08 and segs[-1][1]:
-            segs.append((offset, bytearray()))
-        blob = _batch(rng, offset, pid_state)
-        segs[-1][1].extend(blob)
-        offset = R.parse_header(blob).next_offset
-    return segs
-
-
-def _damage(rng: random.Random, segs: list[tuple[int, bytearray]]) -> None:
-    roll = rng.random()
-    _, data = segs[rng.randrange(len(segs))]
-    if roll < 0.3 and data:  # a flipped byte anywhere
-        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
-    elif roll < 0.5 and segs[-1][1]:  # a torn tail
-        del segs[-1][1][rng.randrange(len(segs[-1][1])) :]
-    elif roll < 0.6:  # zeros after the last batch
-        segs[-1][1].extend(bytes(rng.randint(1, 100)))
-    elif roll < 0.7 and data:  # a batch whose CRC is recomputed after a change in its records
-        pos = 0
-        while pos < len(data):
-            h = R.read_header(data, pos, verify_crc=False)
-            if rng.random() < 0.3 or h.end >= len(data):
-                body = bytearray(data[pos + R.HEADER_SIZE : h.end])
-                if body:
-                    body[rng.randrange(len(body))] = rng.getrandbits(8)
-                data[pos : h.end] = R.assemble_batch(h, bytes(body))
-                break
-            pos = h.end
-
-
-def _write(pdir: Path, segs: list[tuple[int, bytearray]]) -> None:
-    pdir.mkdir(parents=True)
-    for base, data in segs:
-        (pdir / segment_name(base)).write_bytes(bytes(data))
 
 
 def _outcome(pdir: Path, compiled: bool, stop_at_damage: bool) -> Any:
@@ -162,7 +49,7 @@ def _both(tmp_path: Path, segs: list[tuple[int, bytearray]], stop_at_damage: boo
     ref, fast = tmp_path / "ref", tmp_path / "fast"
     for d in (ref, fast):
         shutil.rmtree(d, ignore_errors=True)
-        _write(d, segs)
+        logs.write(d, segs)
     return _outcome(ref, False, stop_at_damage), _outcome(fast, True, stop_at_damage)
 
 
@@ -175,7 +62,7 @@ def test_the_install_built_the_compiled_scan() -> None:
 @pytest.mark.parametrize("seed", range(80))
 def test_generated_logs_replay_alike(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
-    segs = _segments(rng, rng.randint(1, 60))
+    segs = logs.segments(rng, rng.randint(1, 60))
     ref, fast = _both(tmp_path, segs)
     assert ref == fast
     assert ref[0].records > 0
@@ -184,8 +71,8 @@ def test_generated_logs_replay_alike(tmp_path: Path, seed: int) -> None:
 @pytest.mark.parametrize("seed", range(150))
 def test_damaged_logs_replay_alike(tmp_path: Path, seed: int) -> None:
     rng = random.Random(10_000 + seed)
-    segs = _segments(rng, rng.randint(1, 40))
-    _damage(rng, segs)
+    segs = logs.segments(rng, rng.randint(1, 40))
+    logs.damage(rng, segs)
     stop = rng.random() < 0.5
     ref, fast = _both(tmp_path, segs, stop_at_damage=stop)
     assert ref == fast
@@ -205,7 +92,7 @@ def test_the_scan_takes_plain_batches_and_leaves_the_rest(tmp_path: Path) -> Non
         transactional=True,
     )
     pdir = tmp_path / "p"
-    _write(pdir, [(0, bytearray(b"".join(plain) + txn))])
+    logs.write(pdir, [(0, bytearray(b"".join(plain) + txn))])
     taken: list[int] = []
 
     class Spy(StateBuilder):

@@ -20,10 +20,12 @@ on as ``pending`` per producer id: the transaction coordinator ends those transa
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rallypoint.protocol.consumer_group_records import is_consumer_record_type
+from rallypoint.protocol.crc import crc32c
 from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -35,8 +37,10 @@ from rallypoint.protocol.offsets_schema import (
     decode_key,
     decode_offset_commit_value,
 )
-from rallypoint.protocol.records import CONTROL_COMMIT, RecordBatch, control_type
+from rallypoint.protocol.records import CONTROL_COMMIT, RecordBatch, compiled_offsets_scan, control_type
 from rallypoint.protocol.share_group_records import is_share_record_type
+
+from .segments import BatchScan
 
 
 @dataclass
@@ -90,6 +94,18 @@ class StateBuilder:
         self.last: dict[bytes, tuple[int, bytes | None, bool]] = {}
         self.others: list[tuple[bytes, bytes | None]] = []
         self.fast_records = 0
+
+    def scanner(self) -> BatchScan | None:
+        """The compiled replay scan filling this builder (FastSink), or None."""
+        scan = compiled_offsets_scan()
+        if scan is None:
+            return None
+
+        def bound(segment: mmap.mmap, pos: int, expected: int) -> tuple[int, int, int, int]:
+            # the current containers: _fold swaps in new ones
+            return scan(segment, pos, expected, self.last, self.others, crc32c)
+
+        return bound
 
     def _fold(self) -> None:
         """Apply what the compiled scan took since the last fold, as :meth:`add` would have:

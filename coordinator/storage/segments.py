@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
-from rallypoint.protocol.crc import crc32c
 from rallypoint.protocol.records import (
     LOG_OVERHEAD,
     CorruptBatchError,
@@ -40,7 +39,6 @@ from rallypoint.protocol.records import (
     RecordsError,
     TornBatchError,
     UnsupportedBatchError,
-    compiled_offsets_scan,
     decode_records,
     read_header,
 )
@@ -188,17 +186,22 @@ def torn_tail_reason(buf: bytes | mmap.mmap, pos: int) -> str | None:
     return None
 
 
-class FastSink(Protocol):
-    """Where the compiled replay scan puts the records of the batches it takes
-    (docs/offsets-log-format.md, "Recovery at start-up"; ``StateBuilder`` in loader.py)."""
+# A compiled scan bound to its sink: (segment, position, expected offset) -> (position after
+# the last batch taken, the offset after it, batches taken, records in them).
+BatchScan = Callable[[mmap.mmap, int, int], tuple[int, int, int, int]]
 
-    # raw key of version 0-2 -> (batch base offset, value or None, whether a tombstone of the
-    # key came before): its last record; keys in the order a dict that pops a tombstoned key
-    # and takes it anew at its next value holds them
-    last: dict[bytes, tuple[int, bytes | None, bool]]
-    # (raw key, value) of every record with another key version, in log order
-    others: list[tuple[bytes, bytes | None]]
+
+class FastSink(Protocol):
+    """Where a compiled scan puts the records of the batches it takes: the replay's
+    (docs/offsets-log-format.md, "Recovery at start-up"; ``StateBuilder`` in loader.py) or the
+    pipeline's (pipeline/decode.py)."""
+
     fast_records: int  # records taken by the scan
+
+    def scanner(self) -> BatchScan | None:
+        """The scan, or None when it is not built or switched off (then every batch is
+        yielded)."""
+        ...
 
 
 class SegmentReader:
@@ -244,11 +247,11 @@ class SegmentReader:
                 pos = 0
                 expected = max(seg.base_offset, self.expected_from)
                 fast = self.fast
-                scan = compiled_offsets_scan() if fast is not None and self.decode else None
+                scan = fast.scanner() if fast is not None and self.decode else None
                 while pos < size:
                     if scan is not None:
                         assert fast is not None
-                        pos, expected, batches, taken = scan(mm, pos, expected, fast.last, fast.others, crc32c)
+                        pos, expected, batches, taken = scan(mm, pos, expected)
                         if batches:
                             fast.fast_records += taken
                             seg.size = pos
