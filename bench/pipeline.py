@@ -14,7 +14,9 @@ the other seven are copies of it).  Figures:
   checks, Kafka's load semantics) over the same files, the reference for ``offsets_latest``;
 * **Spark decode stage**: segment paths → mapInArrow decode → staging Parquet;
 * **Spark whole job**: decode + every table + report (what ``rallypoint report`` takes, minus the
-  SparkSession start-up, which is printed separately).
+  SparkSession start-up, which is printed separately);
+* **``rallypoint report`` on a small log**: the command's wall time on a log of a few records, in a
+  new process each run (pipeline/README.md, "Small logs").
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -118,8 +122,40 @@ def measure(mib: int, master: str, keep: Path | None = None) -> dict[str, Any]:
             shutil.rmtree(root, ignore_errors=True)
 
 
+def small_report(runs: int) -> tuple[list[float], int, int]:
+    """Wall seconds of ``rallypoint report`` (a new process each time: interpreter, SparkSession,
+    decode, tables, report.html) on a log of a few records; and its records and bytes."""
+    root = Path(tempfile.mkdtemp(prefix="rp-bench-report-"))
+    try:
+        data = root / "broker"
+        cfg = synth.SynthConfig(groups=2, topics=1, partitions_per_topic=2, log_partitions=1, events=4, seed=3)
+        sim = synth.Simulation(data, cfg)
+        for _ in range(4):
+            sim.step()
+        size = sum(p.stat().st_size for p in data.rglob("*.log"))
+        records = sum(b.num_rows for b in decode.decode_segments(decode.find_segments("b", data))) - len(
+            decode.find_segments("b", data)
+        )
+        walls = []
+        for i in range(runs):
+            t = time.perf_counter()
+            subprocess.run(
+                [sys.executable, "-m", "rallypoint", "report", "--input", str(data), "--out", str(root / f"out{i}")],
+                check=True,
+                timeout=600,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            walls.append(time.perf_counter() - t)
+        return walls, records, size
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def run(quick: bool = False, mib: int | None = None, master: str = "local[*]") -> list[dict[str, Any]]:
     mib = mib or (24 if quick else 200)
+    walls, small_records, small_bytes = small_report(1 if quick else 3)
+    print(f"rallypoint report, {small_records} records: {', '.join(f'{w:.1f}' for w in walls)} s", flush=True)
     m = measure(mib, master)
     n, size = m["records"], m["mib"]
 
@@ -149,6 +185,15 @@ def run(quick: bool = False, mib: int | None = None, master: str = "local[*]") -
     for line in lines:
         print(line, flush=True)
     rows[-1]["note"] = "; ".join(lines)
+    rows.append(
+        {
+            "name": f"`rallypoint report` on a small log, wall time ({small_records} records, {small_bytes:,} bytes)",
+            "unit": "s",
+            "stats": summarize(walls),
+            "note": "a new process each run: interpreter, SparkSession (local[*]), decode in the driver, "
+            "the tables, report.html",
+        }
+    )
     return rows
 
 

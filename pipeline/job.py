@@ -54,6 +54,19 @@ TABLES = (
 )
 SMALL_TABLES = frozenset({"segments", "group_summary", "invariants", "topic_partitions"})  # one Parquet file each
 
+# Small logs (pipeline/README.md, "Small logs"): decoded in the driver, and run with settings for
+# many tiny jobs rather than a few big ones -- one shuffle partition, no adaptive re-planning
+# (it adds a job per stage), no whole-stage code generation (compiling each plan costs more
+# than running it); a JVM that starts up and warms up fast (C1 only, the serial collector).
+SMALL_INPUT_BYTES = 32 << 20
+SMALL_INPUT_SQL: dict[str, str] = {
+    "spark.sql.shuffle.partitions": "1",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+}
+SMALL_INPUT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
 
 @dataclass(frozen=True)
 class Input:
@@ -105,8 +118,45 @@ def decoded_frame(spark: SparkSession, files: list[decode.SegmentFile]) -> DataF
     return spark.createDataFrame(rdd, in_schema).mapInArrow(decode.decode_file_batches, spark_schema())
 
 
-def run(spark: SparkSession, inputs: Sequence[Input], out: Path, *, report: bool = True) -> dict[str, Any]:
-    """Decode, build every table into ``out``, optionally render ``out/report.html``; returns counters."""
+def small_frames(
+    spark: SparkSession, files: list[decode.SegmentFile], topic_files: list[topic_data.TopicSegment]
+) -> tuple[DataFrame, DataFrame]:
+    """A small input decoded here, in the driver, by the same decoders the tasks run: the
+    decoded records and topic_batches, as local relations (no Python workers, no staging)."""
+    import pyarrow as pa
+
+    def frame(batches: list[pa.RecordBatch], schema: pa.Schema) -> DataFrame:
+        # one empty batch at least: Spark cannot take a table without any
+        table = pa.Table.from_batches(batches or [pa.RecordBatch.from_pylist([], schema=schema)], schema=schema)
+        return spark.createDataFrame(table)
+
+    return (
+        frame(list(decode.decode_segments(files)), decode.ARROW_SCHEMA),
+        frame([b for f in topic_files for b in topic_data.decode_topic_segment(f)], topic_data.ARROW_SCHEMA),
+    )
+
+
+def input_bytes(inputs: Sequence[Input]) -> int:
+    """The size of every segment file ``run`` will read."""
+    offsets = sum(f.size for i in inputs for f in decode.find_segments(i.broker, i.data_dir))
+    topics: int = sum(f.size for i in inputs for f in topic_data.find_topic_segments(i.broker, i.data_dir))
+    return offsets + topics
+
+
+def run(
+    spark: SparkSession,
+    inputs: Sequence[Input],
+    out: Path,
+    *,
+    report: bool = True,
+    small_input_bytes: int = SMALL_INPUT_BYTES,
+) -> dict[str, Any]:
+    """Decode, build every table into ``out``, optionally render ``out/report.html``; returns counters.
+
+    An input of at most ``small_input_bytes`` is decoded in the driver and its tables computed
+    with the settings of SMALL_INPUT_SQL (pipeline/README.md, "Small logs"; the session's own
+    settings are put back after); a larger one is decoded by the tasks and staged as Parquet,
+    once, for the tables."""
     t0 = time.monotonic()
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -120,24 +170,41 @@ def run(spark: SparkSession, inputs: Sequence[Input], out: Path, *, report: bool
         topic_files += topic_data.find_topic_segments(inp.broker, inp.data_dir)
     total = sum(f.size for f in files) + sum(f.size for f in topic_files)
     parallelism = spark.sparkContext.defaultParallelism
-    # few shuffle partitions for small logs: each one is a task per stage (AQE coalesces further)
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(parallelism, min(200, total // (32 << 20)))))
     staging = out / STAGING
-    t1 = time.monotonic()
-    decoded_frame(spark, files).write.mode("overwrite").parquet(staging.as_uri())
-    decoded = spark.read.schema(spark_schema()).parquet(staging.as_uri())
-    t2 = time.monotonic()
-    tables = build_and_write(spark, decoded, out, topic_data.batches_frame(spark, topic_files))
-    counters = counters_of(tables)
-    t3 = time.monotonic()
-    if report:
-        from rallypoint.pipeline import report as report_mod
+    small = total <= small_input_bytes
+    settings = dict(SMALL_INPUT_SQL) if small else {}
+    # few shuffle partitions for small logs: each one is a task per stage (AQE coalesces further)
+    settings.setdefault("spark.sql.shuffle.partitions", str(max(parallelism, min(200, total // (32 << 20)))))
+    before = {k: spark.conf.get(k, None) for k in settings}
+    try:
+        for k, v in settings.items():
+            spark.conf.set(k, v)
+        t1 = time.monotonic()
+        if small:
+            decoded, topic_batches = small_frames(spark, files, topic_files)
+        else:
+            decoded_frame(spark, files).write.mode("overwrite").parquet(staging.as_uri())
+            decoded = spark.read.schema(spark_schema()).parquet(staging.as_uri())
+            topic_batches = topic_data.batches_frame(spark, topic_files)
+        t2 = time.monotonic()
+        tables = build_and_write(spark, decoded, out, topic_batches)
+        counters = counters_of(tables)
+        t3 = time.monotonic()
+        if report:
+            from rallypoint.pipeline import report as report_mod
 
-        data = report_mod.collect(tables, [(i.broker, str(i.data_dir)) for i in inputs])
-        (out / "report.html").write_text(report_mod.render(data), encoding="utf-8")
+            data = report_mod.collect(tables, [(i.broker, str(i.data_dir)) for i in inputs])
+            (out / "report.html").write_text(report_mod.render(data), encoding="utf-8")
+    finally:
+        for k, was in before.items():
+            if was is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, was)
     shutil.rmtree(staging, ignore_errors=True)
     t4 = time.monotonic()
     counters["bytes"] = total
+    counters["decode"] = "driver" if small else "tasks"
     counters.update(
         decode_seconds=round(t2 - t1, 2),
         tables_seconds=round(t3 - t2, 2),
@@ -154,7 +221,9 @@ def build_and_write(
 
     def save(name: str, df: DataFrame) -> DataFrame:
         (df.coalesce(1) if name in SMALL_TABLES else df).write.mode("overwrite").parquet((out / name).as_uri())
-        return spark.read.parquet((out / name).as_uri())
+        # read back with the schema it was written with: inferring it from the files is a job
+        back: DataFrame = spark.read.schema(df.schema).parquet((out / name).as_uri())
+        return back
 
     tables = tables_mod.build(decoded, save)
     tables["topic_batches"] = save("topic_batches", topic_batches)
@@ -235,6 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     ours = SparkSession.getActiveSession() is None  # stop only a session this call started
+    if ours and input_bytes(inputs) <= SMALL_INPUT_BYTES:
+        conf.setdefault("spark.driver.extraJavaOptions", SMALL_INPUT_JVM)
     spark = get_session(args.master, conf=conf)
     try:
         counters = run(spark, inputs, args.out, report=not args.no_report)

@@ -361,6 +361,24 @@ def test_report_is_one_self_contained_html_file(scenario: Scenario) -> None:
         assert (scenario.out / t / "_SUCCESS").exists()
 
 
+def test_decoding_in_the_tasks_makes_the_same_tables(spark: Any, scenario: Scenario, tmp_path: Path) -> None:
+    """The scenario is small, so it was decoded in the driver; above ``small_input_bytes`` the
+    tasks decode it (mapInArrow) and stage it as Parquet: every table and counter the same."""
+    assert scenario.counters["decode"] == "driver"
+    out = tmp_path / "tasks"
+    inputs = job.parse_inputs([str(d) for d in scenario.dirs.values()])
+    counters = job.run(spark, inputs, out, report=False, small_input_bytes=-1)
+    assert counters["decode"] == "tasks"
+    timing = {"decode", "decode_seconds", "tables_seconds", "report_seconds", "seconds"}
+    assert {k: v for k, v in counters.items() if k not in timing} == {
+        k: v for k, v in scenario.counters.items() if k not in timing
+    }
+    for name in job.TABLES:
+        tasks = sorted(repr(r.asDict(recursive=True)) for r in spark.read.parquet(str(out / name)).collect())
+        assert tasks == sorted(repr(r) for r in scenario.table(name)), name
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"  # the small-input settings were put back
+
+
 def test_a_run_without_any_segment(spark: Any, tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     counters = job.run(spark, job.parse_inputs([f"solo={tmp_path / 'in'}"]), tmp_path / "out")
