@@ -36,6 +36,7 @@ from rallypoint.protocol.offsets_schema import (
     decode_group_metadata_value,
     decode_key,
     decode_offset_commit_value,
+    encode_offset_commit_key,
 )
 from rallypoint.protocol.records import CONTROL_COMMIT, RecordBatch, compiled_offsets_scan, control_type
 from rallypoint.protocol.share_group_records import is_share_record_type
@@ -84,11 +85,16 @@ class StateBuilder:
     _KEY_CACHE_MAX = 1 << 20
 
     def __init__(self) -> None:
-        self._keys: dict[bytes, OffsetCommitKey | GroupMetadataKey | UnknownKey | str] = {}
+        # raw key -> (decoded key or an error message, its canonical bytes): an offset commit
+        # key's canonical bytes are the key as written today (version 1, nothing after the
+        # partition), one bytes object for every raw form of the key; the state below is keyed
+        # by them (a bytes object keeps its hash: a dataclass key hashes in Python every time)
+        self._keys: dict[bytes, tuple[OffsetCommitKey | GroupMetadataKey | UnknownKey | str, bytes]] = {}
+        self._decoded: dict[bytes, OffsetCommitKey] = {}  # canonical bytes -> key
         self._groups: dict[str, bytes] = {}
-        # key -> (base offset of the batch that wrote it, value bytes)
-        self._offsets: dict[OffsetCommitKey, tuple[int, bytes]] = {}
-        self._pending: dict[int, dict[OffsetCommitKey, tuple[int, bytes | None]]] = {}
+        # canonical key -> (base offset of the batch that wrote it, value bytes)
+        self._offsets: dict[bytes, tuple[int, bytes]] = {}
+        self._pending: dict[int, dict[bytes, tuple[int, bytes | None]]] = {}
         self._state = PartitionState()
         # the compiled scan's sink (FastSink)
         self.last: dict[bytes, tuple[int, bytes | None, bool]] = {}
@@ -119,29 +125,31 @@ class StateBuilder:
         self.fast_records = 0
         last, others = self.last, self.others
         self.last, self.others = {}, []
-        seen: set[OffsetCommitKey | str] = set()
+        seen: set[bytes | str] = set()
+        keys, offsets, groups = self._keys, self._offsets, self._groups
         for raw, (base, value, reset) in last.items():
-            key = self._key(raw)
+            got = keys.get(raw)
+            key, canon = self._key(raw) if got is None else got
             if type(key) is OffsetCommitKey:
-                if key in seen:
+                if canon in seen:
                     raise ReplayRedo(f"two raw keys for {key}")
-                seen.add(key)
+                seen.add(canon)
                 if value is None or reset:
-                    self._offsets.pop(key, None)
+                    offsets.pop(canon, None)
                 if value is not None:
-                    self._offsets[key] = (base, value)
+                    offsets[canon] = (base, value)
             elif type(key) is GroupMetadataKey:
                 if key.group in seen:
                     raise ReplayRedo(f"two raw keys for group {key.group!r}")
                 seen.add(key.group)
                 if value is None or reset:
-                    self._groups.pop(key.group, None)
+                    groups.pop(key.group, None)
                 if value is not None:
-                    self._groups[key.group] = value
+                    groups[key.group] = value
             else:
                 raise ReplayRedo(str(key))
         for raw, value in others:
-            key = self._key(raw)
+            key = self._key(raw)[0]
             if type(key) is not UnknownKey:
                 raise ReplayRedo(str(key))
             st.unknown_records += 1
@@ -153,34 +161,42 @@ class StateBuilder:
         if self._state.first_error is None:
             self._state.first_error = f"{where}: {why}"
 
-    def _key(self, raw: bytes) -> OffsetCommitKey | GroupMetadataKey | UnknownKey | str:
-        """The decoded key, or an error message (str) when it does not decode."""
-        key = self._keys.get(raw)
-        if key is None:
-            try:
-                key = decode_key(raw)
-            except OffsetsSchemaError as e:
-                key = str(e)
-            if len(self._keys) < self._KEY_CACHE_MAX:
-                self._keys[raw] = key
-        return key
+    def _key(self, raw: bytes) -> tuple[OffsetCommitKey | GroupMetadataKey | UnknownKey | str, bytes]:
+        """(the decoded key, or an error message (str) when it does not decode; its canonical
+        bytes: see ``_keys``)."""
+        got = self._keys.get(raw)
+        if got is not None:
+            return got
+        canon = raw
+        try:
+            key: OffsetCommitKey | GroupMetadataKey | UnknownKey | str = decode_key(raw)
+        except OffsetsSchemaError as e:
+            key = str(e)
+        if type(key) is OffsetCommitKey:
+            encoded = encode_offset_commit_key(key)
+            if encoded != raw:
+                canon = encoded
+            self._decoded.setdefault(canon, key)
+        if len(self._keys) < self._KEY_CACHE_MAX:
+            self._keys[raw] = (key, canon)
+        return key, canon
 
     def add(self, batch: RecordBatch) -> None:
-        if self.fast_records:
-            self._fold()
         h = batch.header
+        if self.fast_records and not (h.is_transactional and not h.is_control and self._stages_only(batch)):
+            self._fold()
         st = self._state
         st.records += len(batch.records)
         if h.is_control:
             if batch.records:
                 staged = self._pending.pop(h.producer_id, None)
                 if staged and control_type(batch.records[0]) == CONTROL_COMMIT:
-                    for okey, (batch_offset, value) in staged.items():
+                    for canon, (batch_offset, value) in staged.items():
                         if value is None:
                             continue  # a staged tombstone only removed an earlier staged commit
-                        loaded = self._offsets.get(okey)
+                        loaded = self._offsets.get(canon)
                         if loaded is None or loaded[0] < batch_offset:
-                            self._offsets[okey] = (batch_offset, value)
+                            self._offsets[canon] = (batch_offset, value)
             return
         transactional = h.is_transactional
         base = h.base_offset
@@ -189,18 +205,18 @@ class StateBuilder:
             if rec.key is None:
                 self._bad(f"offset {rec.offset}", "record without a key")
                 continue
-            key = self._key(rec.key)
+            key, canon = self._key(rec.key)
             if type(key) is OffsetCommitKey:
                 if transactional:
                     pending = self._pending.setdefault(h.producer_id, {})
                     if rec.value is None:
-                        pending.pop(key, None)
+                        pending.pop(canon, None)
                     else:
-                        pending[key] = (base, rec.value)
+                        pending[canon] = (base, rec.value)
                 elif rec.value is None:
-                    offsets.pop(key, None)
+                    offsets.pop(canon, None)
                 else:
-                    offsets[key] = (base, rec.value)
+                    offsets[canon] = (base, rec.value)
             elif type(key) is GroupMetadataKey:
                 if rec.value is None:
                     self._groups.pop(key.group, None)
@@ -213,6 +229,16 @@ class StateBuilder:
             else:
                 self._bad(f"offset {rec.offset}", str(key))
 
+    def _stages_only(self, batch: RecordBatch) -> bool:
+        """Whether the records of a transactional batch touch nothing a fold changes: offset
+        commits go to the producer's staged offsets, until its marker (which folds first); only
+        a group record would change the state itself.  So what the scan took before such a
+        batch can wait for the next fold (docs/offsets-log-format.md, "Recovery at start-up")."""
+        for rec in batch.records:
+            if rec.key is not None and type(self._key(rec.key)[0]) is GroupMetadataKey:
+                return False
+        return True
+
     def result(self) -> PartitionState:
         if self.fast_records:
             self._fold()
@@ -224,7 +250,9 @@ class StateBuilder:
             except OffsetsSchemaError as e:
                 self._bad(f"group {group!r}", str(e))
         st.offsets = {}
-        for key, (_off, raw) in self._offsets.items():
+        decoded = self._decoded
+        for canon, (_off, raw) in self._offsets.items():
+            key = decoded[canon]
             try:
                 st.offsets[key] = decode_offset_commit_value(raw)
             except OffsetsSchemaError as e:
@@ -232,9 +260,10 @@ class StateBuilder:
         st.dropped_pending = sum(len(p) for p in self._pending.values())
         st.pending = {}
         for pid, staged in self._pending.items():
-            for key, (_off, staged_raw) in staged.items():
+            for canon, (_off, staged_raw) in staged.items():
                 if staged_raw is None:
                     continue
+                key = decoded[canon]
                 try:
                     st.pending.setdefault(pid, {})[key] = decode_offset_commit_value(staged_raw)
                 except OffsetsSchemaError as e:
