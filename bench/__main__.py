@@ -211,9 +211,10 @@ changed (before/after figures are the side-by-side rows of this document's histo
    reference (`tests/test_pipeline_compiled.py` compares both on generated, damaged and
    cut-short logs). Group records then dominated: consumer-protocol payloads are decoded once
    per distinct payload in a segment, and group values of version 3 and assignments by direct
-   readers (the general readers word any error). Single-process decode: 4.7 → 73.4 MiB/s on the
-   pipeline section's 200 MiB log; 7 → 31 MiB/s on a 16 MiB log from the start of the same
-   simulation, where rebalances (group records) are denser. Spark's whole job: 108 → 70 s.
+   readers (the general readers word any error). Single-process decode: 4.7 → 64--73 MiB/s on
+   the pipeline section's 200 MiB log (two runs); 7 → 31 MiB/s on a 16 MiB log from the start of
+   the same simulation, where rebalances (group records) are denser. Spark's whole job: 108 →
+   63--70 s.
 19. **`rallypoint report` on a small log** (`pipeline/job.py`; pipeline/README.md, "Small
    logs"): 38.9 s wall for 5 records, of it about 11 s to start the SparkSession, 9 s to decode
    (Python workers starting, a staging Parquet write), 17 s for the tables and 2.5 s for the
@@ -222,7 +223,14 @@ changed (before/after figures are the side-by-side rows of this document's histo
    generation and no broadcast joins; each table is read back with its known schema (inferring
    it was a job each); the JVM runs C1 only with the serial collector (same hour, interleaved:
    26.2--26.8 s without, 22.3--23.3 s with). Jobs per run: 79 → 49 in the report, 37 → 30 in
-   the tables. Result: 23.5--24.4 s (the pipeline section).
+   the tables. Result: 23.5--25.0 s in two runs of the pipeline section.
+20. **Replay folds keyed by bytes** (`coordinator/storage/loader.py`): on the pipeline's synthetic
+   log (many keys, transactions interleaved) a profile showed the folds of the compiled scan's
+   runs hashing `OffsetCommitKey` dataclasses (in Python) three times per key touched, 1.1
+   million times for one 25 MiB partition. The loader's state is now keyed by each key's
+   canonical bytes (a bytes object keeps its hash), and a transactional batch of offset commits
+   only no longer ends a run (its commits are staged until the marker, which folds first). One
+   partition, same process: 25 → 34 MiB/s; the pipeline section's replay row 16.7 → 20.7 MiB/s.
 
 ## Where the targets stand, and what limits them
 
@@ -262,18 +270,19 @@ Each target, the figure this document holds, and what stands in the way:
 - offsets-log replay ≥ 100 MiB/s: met on the offsets-log section's log -- 176 MiB/s (item 15),
   a log of commits to few keys, as a busy group's partition is. Not on every log: the
   pipeline section's synthetic log (400 groups, 128 partitions each, 2 % of commits in
-  transactions) replays at 16.7 MiB/s. Each transactional batch ends a run of the compiled
-  scan, and folding a run decodes, hashes and stores every key it touched in Python (about 9 µs
-  a key), so the cost follows keys touched per run, not bytes. A log of transactional or
+  transactions) replays at 20.7 MiB/s (item 20). Each transaction's marker ends a run of the
+  compiled scan, and folding a run stores every key it touched, in Python, so the cost follows
+  keys touched per run, not bytes: of one 25 MiB partition's 0.8 s, the scan takes 0.2, the
+  folds 0.45 (1,800 keys each, 176 of them), decoding the last values 0.13. A log of transactional or
   compressed batches only is read by the Python reader, at about 15 MiB/s;
-- pipeline decode ≥ 30 MiB/s: met in one process -- 73.4 MiB/s on the pipeline section's log
+- pipeline decode ≥ 30 MiB/s: met in one process -- 64--73 MiB/s on the pipeline section's log
   (item 18; about 31 MiB/s on a log dense in group records, whose members are decoded in
   Python);
-- Spark ≥ 1× one process on large logs: not met -- Spark's decode stage runs at 12.2 MiB/s,
+- Spark ≥ 1× one process on large logs: not met -- Spark's decode stage runs at 11--12 MiB/s,
   0.17× the single process: on 2 cores the Python workers' Arrow batches are turned into rows by
   the JVM and written to the staging Parquet, which costs far more than the compiled decode
   (before item 18 the ratio was 0.94×, with both sides limited by decoding in Python);
-- `rallypoint report` on a small log ≤ 20 s: 23.7 s, not met (item 19) -- what remains is the
+- `rallypoint report` on a small log ≤ 20 s: 24 s, not met (item 19) -- what remains is the
   JVM: starting it and the SparkSession (5--8 s), loading classes from Spark's 280 jars on
   first use (the main thread's Java samples sit in jar lookups), and planning some 30 queries
   in a cold JVM. Measured but not adopted: a dynamic class-data-sharing archive of the driver
