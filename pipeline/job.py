@@ -136,11 +136,22 @@ def small_frames(
     )
 
 
-def input_bytes(inputs: Sequence[Input]) -> int:
-    """The size of every segment file ``run`` will read."""
-    offsets = sum(f.size for i in inputs for f in decode.find_segments(i.broker, i.data_dir))
-    topics: int = sum(f.size for i in inputs for f in topic_data.find_topic_segments(i.broker, i.data_dir))
-    return offsets + topics
+def segment_files(
+    inputs: Sequence[Input], *, quiet: bool = False
+) -> tuple[list[decode.SegmentFile], list[topic_data.TopicSegment], int]:
+    """Every ``__consumer_offsets`` and topic segment file of the inputs, as the driver lists
+    them, and their total size; an input without offsets-log segments is reported on stderr
+    unless ``quiet``."""
+    files: list[decode.SegmentFile] = []
+    topic_files: list[topic_data.TopicSegment] = []
+    for inp in inputs:
+        found = decode.find_segments(inp.broker, inp.data_dir)
+        if not found and not quiet:
+            print(f"rallypoint report: no __consumer_offsets segments in {inp.data_dir}", file=sys.stderr)
+        files += found
+        topic_files += topic_data.find_topic_segments(inp.broker, inp.data_dir)
+    total: int = sum(f.size for f in files) + sum(f.size for f in topic_files)
+    return files, topic_files, total
 
 
 def run(
@@ -160,15 +171,7 @@ def run(
     t0 = time.monotonic()
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    files: list[decode.SegmentFile] = []
-    topic_files: list[topic_data.TopicSegment] = []
-    for inp in inputs:
-        found = decode.find_segments(inp.broker, inp.data_dir)
-        if not found:
-            print(f"rallypoint report: no __consumer_offsets segments in {inp.data_dir}", file=sys.stderr)
-        files += found
-        topic_files += topic_data.find_topic_segments(inp.broker, inp.data_dir)
-    total = sum(f.size for f in files) + sum(f.size for f in topic_files)
+    files, topic_files, total = segment_files(inputs)
     parallelism = spark.sparkContext.defaultParallelism
     staging = out / STAGING
     small = total <= small_input_bytes
@@ -304,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     ours = SparkSession.getActiveSession() is None  # stop only a session this call started
-    if ours and input_bytes(inputs) <= SMALL_INPUT_BYTES:
+    if ours and segment_files(inputs, quiet=True)[2] <= SMALL_INPUT_BYTES:
         conf.setdefault("spark.driver.extraJavaOptions", SMALL_INPUT_JVM)
     spark = get_session(args.master, conf=conf)
     try:

@@ -78,8 +78,9 @@ class StateBuilder:
     It is also the :class:`~.segments.FastSink` of the compiled replay scan: the scan puts the
     last record of each raw key in :attr:`last` (and the records of other key versions in
     :attr:`others`), and they are folded into the state, in log order, before the next batch
-    :meth:`add` takes and before :meth:`result` (docs/offsets-log-format.md, "Recovery at
-    start-up").  A folded key that does not decode raises :class:`ReplayRedo`.
+    :meth:`add` takes (unless a transactional batch that only stages offset commits) and before
+    :meth:`result` (docs/offsets-log-format.md, "Recovery at start-up").  A folded key that does
+    not decode raises :class:`ReplayRedo`.
     """
 
     _KEY_CACHE_MAX = 1 << 20
