@@ -162,3 +162,26 @@ def test_every_cut_short_key_and_value_decodes_as_the_reference(tmp_path: Path) 
     _assert_alike(ref, fast)
     bad = ref.filter(pa.compute.equal(ref["kind"], "bad")).num_rows
     assert bad > 60 and ref.filter(pa.compute.equal(ref["kind"], "offset")).num_rows == len(entries) - bad
+
+
+def test_member_payloads_decode_as_without_the_payload_caches(tmp_path: Path) -> None:
+    """Within a segment, consumer-protocol payloads are decoded once per distinct payload: every
+    member row equals the row made with empty caches (many members share payloads here)."""
+    rng = random.Random(5)
+    values = [logs.group_value(rng, i) for i in range(300)]
+    key = schema.encode_group_metadata_key(schema.GroupMetadataKey("g"))
+    logs.write(tmp_path / "__consumer_offsets-3", [(0, bytearray(R.build_batch(0, [(key, v) for v in values], 1)))])
+    (table, _) = _decode(tmp_path / "__consumer_offsets-3", True, 1000)
+    rows = {r["log_offset"]: r for r in table.to_pylist() if r["kind"] == "group"}
+    checked = 0
+    for offset, raw in enumerate(values):
+        try:
+            g = schema._group_metadata_value_reference(raw)
+        except schema.OffsetsSchemaError:
+            assert offset not in rows
+            continue
+        consumer = g.protocol_type == "consumer"
+        expected = [decode._member_row(m, consumer, {}, {}) for m in g.members]
+        assert rows[offset]["members"] == expected
+        checked += len(expected) * consumer
+    assert checked > 150
