@@ -152,31 +152,28 @@ _CACHED_PAYLOADS = 4096
 _CACHED_PAYLOAD_BYTES = 4096
 
 
-def _subscription_fields(data: bytes, cache: dict[bytes, Any]) -> tuple[int, list[str]] | str:
-    got = cache.get(data)
-    if got is None:
-        try:
-            sub = decode_subscription(data)
-            got = (sub.version, list(sub.topics))
-        except ConsumerProtocolError as e:
-            got = f"subscription: {e}"
-        if len(cache) < _CACHED_PAYLOADS and len(data) <= _CACHED_PAYLOAD_BYTES:
-            cache[data] = got
-    return got
+def _subscription_fields(data: bytes) -> tuple[int, list[str]] | str:
+    try:
+        sub = decode_subscription(data)
+    except ConsumerProtocolError as e:
+        return f"subscription: {e}"
+    return sub.version, list(sub.topics)
 
 
-def _assignment_fields(data: bytes, cache: dict[bytes, Any]) -> tuple[int, list[dict[str, Any]], int] | str:
+def _assignment_fields(data: bytes) -> tuple[int, list[dict[str, Any]], int] | str:
+    try:
+        a = decode_assignment(data)
+    except ConsumerProtocolError as e:
+        return f"assignment: {e}"
+    assigned = [{"topic": tp.topic, "partitions": list(tp.partitions)} for tp in a.partitions]
+    return a.version, assigned, sum(len(tp.partitions) for tp in a.partitions)
+
+
+def _cached(decode: Callable[[bytes], Any], data: bytes, cache: dict[bytes, Any]) -> Any:
+    """``decode(data)``, from ``cache`` when these bytes were decoded before (bounded above)."""
     got = cache.get(data)
     if got is None:
-        try:
-            a = decode_assignment(data)
-            got = (
-                a.version,
-                [{"topic": tp.topic, "partitions": list(tp.partitions)} for tp in a.partitions],
-                sum(len(tp.partitions) for tp in a.partitions),
-            )
-        except ConsumerProtocolError as e:
-            got = f"assignment: {e}"
+        got = decode(data)
         if len(cache) < _CACHED_PAYLOADS and len(data) <= _CACHED_PAYLOAD_BYTES:
             cache[data] = got
     return got
@@ -205,13 +202,13 @@ def _member_row(
     if not consumer:
         return row
     errors = []
-    sub = _subscription_fields(m.subscription, subscriptions)
+    sub = _cached(_subscription_fields, m.subscription, subscriptions)
     if isinstance(sub, str):
         errors.append(sub)
     else:
         row["subscription_version"], row["subscribed_topics"] = sub
     if m.assignment:
-        asg = _assignment_fields(m.assignment, assignments)
+        asg = _cached(_assignment_fields, m.assignment, assignments)
         if isinstance(asg, str):
             errors.append(asg)
         else:

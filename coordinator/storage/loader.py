@@ -127,10 +127,9 @@ class StateBuilder:
         last, others = self.last, self.others
         self.last, self.others = {}, []
         seen: set[bytes | str] = set()
-        keys, offsets, groups = self._keys, self._offsets, self._groups
+        offsets, groups = self._offsets, self._groups
         for raw, (base, value, reset) in last.items():
-            got = keys.get(raw)
-            key, canon = self._key(raw) if got is None else got
+            key, canon = self._key(raw)
             if type(key) is OffsetCommitKey:
                 if canon in seen:
                     raise ReplayRedo(f"two raw keys for {key}")
