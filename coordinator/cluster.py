@@ -36,6 +36,8 @@ CURRENT_LISTENER: ContextVar[str | None] = ContextVar("rallypoint_listener", def
 
 @dataclass
 class Cluster:
+    """The nodes of this process: their advertised endpoints, which are up, and the leaders set by hand."""
+
     nodes: list[int]
     # node -> listener name -> advertised (host, port); filled by the server once it listens
     endpoints: dict[int, dict[str, tuple[str, int]]] = field(default_factory=dict)

@@ -62,6 +62,8 @@ INT32_MAX: Final = 2**31 - 1
 
 @dataclass(frozen=True)
 class Setting:
+    """One accepted config key: how its value is parsed, its default and its line in the README's table."""
+
     key: str
     parse: Callable[[str], Any]
     default: Any
@@ -414,6 +416,8 @@ def env_name(key: str) -> str:
 
 @dataclass
 class Config:
+    """The broker's settings: every key's value after defaults, environment variables and overrides."""
+
     values: dict[str, Any] = field(default_factory=dict)
     explicit: frozenset[str] = frozenset()  # keys set by the environment or an override (not defaults)
 

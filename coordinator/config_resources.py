@@ -83,6 +83,8 @@ class ConfigRequestError(Exception):
 
 @dataclass(frozen=True)
 class Entry:
+    """One config of a resource as DescribeConfigs answers it: value, source, flags, type and synonyms."""
+
     name: str
     value: str | None
     source: int

@@ -235,6 +235,8 @@ _SERVED: dict[int, tuple[str, int]] = {}
 
 @dataclass
 class _Decoded:
+    """A decoded request frame: its header's fields, the API's name and the request body."""
+
     api_key: int
     version: int
     corr: int

@@ -13,6 +13,8 @@ from typing import Final
 
 @dataclass(frozen=True, slots=True)
 class ApiRange:
+    """One served API: its key, name and the versions rallypoint handles."""
+
     key: int
     name: str
     min_version: int

@@ -60,18 +60,24 @@ ConsumerRecordError = RecordLayoutError
 
 @dataclass(frozen=True, slots=True)
 class GroupMetadataKey:
+    """Kafka's ``ConsumerGroupMetadataKey`` (type 3): the group."""
+
     group_id: str
     record_type: int = GROUP_METADATA
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionMetadataKey:
+    """Kafka's ``ConsumerGroupPartitionMetadataKey`` (type 4, no longer written): the group."""
+
     group_id: str
     record_type: int = PARTITION_METADATA
 
 
 @dataclass(frozen=True, slots=True)
 class MemberMetadataKey:
+    """Kafka's ``ConsumerGroupMemberMetadataKey`` (type 5): a member of the group."""
+
     group_id: str
     member_id: str
     record_type: int = MEMBER_METADATA
@@ -79,12 +85,16 @@ class MemberMetadataKey:
 
 @dataclass(frozen=True, slots=True)
 class TargetAssignmentMetadataKey:
+    """Kafka's ``ConsumerGroupTargetAssignmentMetadataKey`` (type 6): the group."""
+
     group_id: str
     record_type: int = TARGET_ASSIGNMENT_METADATA
 
 
 @dataclass(frozen=True, slots=True)
 class TargetAssignmentMemberKey:
+    """Kafka's ``ConsumerGroupTargetAssignmentMemberKey`` (type 7): a member of the group."""
+
     group_id: str
     member_id: str
     record_type: int = TARGET_ASSIGNMENT_MEMBER
@@ -92,6 +102,8 @@ class TargetAssignmentMemberKey:
 
 @dataclass(frozen=True, slots=True)
 class CurrentMemberAssignmentKey:
+    """Kafka's ``ConsumerGroupCurrentMemberAssignmentKey`` (type 8): a member of the group."""
+
     group_id: str
     member_id: str
     record_type: int = CURRENT_MEMBER_ASSIGNMENT
@@ -99,6 +111,8 @@ class CurrentMemberAssignmentKey:
 
 @dataclass(frozen=True, slots=True)
 class RegularExpressionKey:
+    """Kafka's ``ConsumerGroupRegularExpressionKey`` (type 16): a regex the group subscribes to."""
+
     group_id: str
     regex: str
     record_type: int = REGULAR_EXPRESSION
@@ -119,6 +133,8 @@ ConsumerKey: TypeAlias = (
 
 @dataclass(frozen=True, slots=True)
 class GroupMetadataValue:
+    """Kafka's ``ConsumerGroupMetadataValue``: the group epoch and the metadata hash."""
+
     epoch: int
     metadata_hash: int = 0
 
@@ -132,18 +148,24 @@ class PartitionMetadataValue:
 
 @dataclass(frozen=True, slots=True)
 class ClassicProtocol:
+    """One of a classic member's supported protocols (``ClassicMemberMetadata.SupportedProtocols``)."""
+
     name: str
     metadata: bytes
 
 
 @dataclass(frozen=True, slots=True)
 class ClassicMemberMetadata:
+    """``ConsumerGroupMemberMetadataValue.ClassicMemberMetadata``: a classic member's session timeout and protocols."""
+
     session_timeout_ms: int
     supported_protocols: tuple[ClassicProtocol, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class MemberMetadataValue:
+    """Kafka's ``ConsumerGroupMemberMetadataValue``: a member's client, subscription and assignor."""
+
     instance_id: str | None
     rack_id: str | None
     client_id: str
@@ -157,18 +179,24 @@ class MemberMetadataValue:
 
 @dataclass(frozen=True, slots=True)
 class TargetAssignmentMetadataValue:
+    """Kafka's ``ConsumerGroupTargetAssignmentMetadataValue``: the assignment epoch and timestamp."""
+
     assignment_epoch: int
     assignment_timestamp: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class TopicPartitions:
+    """One topic's partitions (by topic id) in a ``ConsumerGroupTargetAssignmentMemberValue``."""
+
     topic_id: uuid.UUID
     partitions: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class TargetAssignmentMemberValue:
+    """Kafka's ``ConsumerGroupTargetAssignmentMemberValue``: a member's target partitions."""
+
     topic_partitions: tuple[TopicPartitions, ...]
 
 
@@ -184,6 +212,8 @@ class EpochTopicPartitions:
 
 @dataclass(frozen=True, slots=True)
 class CurrentMemberAssignmentValue:
+    """Kafka's ``ConsumerGroupCurrentMemberAssignmentValue``: a member's epochs, state and partitions."""
+
     member_epoch: int
     previous_member_epoch: int
     state: int
@@ -193,6 +223,8 @@ class CurrentMemberAssignmentValue:
 
 @dataclass(frozen=True, slots=True)
 class RegularExpressionValue:
+    """Kafka's ``ConsumerGroupRegularExpressionValue``: the topics a regex resolved to, a version and a time."""
+
     topics: tuple[str, ...]
     version: int
     timestamp: int

@@ -45,12 +45,16 @@ class ConsumerProtocolError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class TopicPartitions:
+    """A topic and some of its partitions (owned or assigned ones)."""
+
     topic: str
     partitions: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Subscription:
+    """A ``ConsumerProtocolSubscription``: what a consumer puts in JoinGroup's protocol metadata."""
+
     version: int
     topics: tuple[str, ...]
     user_data: bytes | None = None
@@ -61,6 +65,8 @@ class Subscription:
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
+    """A ``ConsumerProtocolAssignment``: the partitions a leader gives a member in SyncGroup."""
+
     version: int
     partitions: tuple[TopicPartitions, ...]
     user_data: bytes | None = None

@@ -28,6 +28,8 @@ class FrameError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
+    """A parsed request header (v1 or v2), with its size in bytes."""
+
     api_key: int
     api_version: int
     correlation_id: int

@@ -26,6 +26,8 @@ from .wire import Reader, Writer
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitKey:
+    """Kafka's ``OffsetCommitKey`` (key version 0 or 1): group, topic and partition."""
+
     group: str
     topic: str
     partition: int
@@ -33,6 +35,8 @@ class OffsetCommitKey:
 
 @dataclass(frozen=True, slots=True)
 class OffsetCommitValue:
+    """Kafka's ``OffsetCommitValue``: a committed offset, its metadata, timestamps and topic id."""
+
     offset: int
     metadata: str
     commit_timestamp: int
@@ -45,11 +49,15 @@ class OffsetCommitValue:
 
 @dataclass(frozen=True, slots=True)
 class GroupMetadataKey:
+    """Kafka's ``GroupMetadataKey`` (key version 2): the group."""
+
     group: str
 
 
 @dataclass(frozen=True, slots=True)
 class MemberMetadata:
+    """One member of a classic group in a ``GroupMetadataValue`` (Kafka's ``MemberMetadata``)."""
+
     member_id: str
     group_instance_id: str | None
     client_id: str
@@ -62,6 +70,8 @@ class MemberMetadata:
 
 @dataclass(frozen=True, slots=True)
 class GroupMetadataValue:
+    """Kafka's ``GroupMetadataValue``: a classic group's protocol, generation, leader and members."""
+
     protocol_type: str  # "" for a simple / empty group
     generation: int
     protocol: str | None  # selected protocol, None when Empty

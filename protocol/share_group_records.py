@@ -47,6 +47,8 @@ class ShareKey:
 
 @dataclass(frozen=True, slots=True)
 class ShareMemberMetadataValue:
+    """Kafka's ``ShareGroupMemberMetadataValue`` (type 10): a member's rack, client and subscription."""
+
     rack_id: str | None
     client_id: str
     client_host: str
@@ -55,28 +57,38 @@ class ShareMemberMetadataValue:
 
 @dataclass(frozen=True, slots=True)
 class ShareGroupMetadataValue:
+    """Kafka's ``ShareGroupMetadataValue`` (type 11): the group epoch and the metadata hash."""
+
     epoch: int
     metadata_hash: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class ShareTargetAssignmentMetadataValue:
+    """Kafka's ``ShareGroupTargetAssignmentMetadataValue`` (type 12): the assignment epoch."""
+
     assignment_epoch: int
 
 
 @dataclass(frozen=True, slots=True)
 class ShareTopicPartitions:
+    """One topic's partitions (by topic id) in a share-group assignment record."""
+
     topic_id: uuid.UUID
     partitions: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class ShareTargetAssignmentMemberValue:
+    """Kafka's ``ShareGroupTargetAssignmentMemberValue`` (type 13): a member's target partitions."""
+
     topic_partitions: tuple[ShareTopicPartitions, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class ShareCurrentMemberAssignmentValue:
+    """Kafka's ``ShareGroupCurrentMemberAssignmentValue`` (type 14): a member's epochs, state, partitions."""
+
     member_epoch: int
     previous_member_epoch: int
     state: int

@@ -20,6 +20,8 @@ SUBSCRIBER_QUEUE: Final = 10000  # a subscriber further behind than this is cut 
 
 @dataclass(frozen=True, slots=True)
 class Event:
+    """One event of the ring: its id, kind and JSON data; :meth:`sse` frames it for the stream."""
+
     id: int
     kind: str
     data: dict[str, Any]

@@ -113,6 +113,8 @@ def _str(body: Mapping[str, Any], key: str) -> str | None:
 
 @dataclass(eq=False)
 class FaultRule:
+    """One rule of ``POST /v1/faults``: what it matches, what it answers, and its hits so far."""
+
     id: int
     api_key: int
     action: str
@@ -266,6 +268,8 @@ NO_MATCH: Final = _NoMatch()
 
 @dataclass(frozen=True, slots=True)
 class Hit:
+    """A rule that applies to a request, and the part of the request it applies to."""
+
     rule: FaultRule
     target: Target | None  # None: the whole request; else only these entries get the error
 

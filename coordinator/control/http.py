@@ -57,6 +57,8 @@ class HttpError(Exception):
 
 @dataclass
 class HttpRequest:
+    """One parsed HTTP request: method, target (path segments and query), headers and body."""
+
     method: str
     target: str
     segments: list[str]  # path segments, percent-decoded one by one (a group id may hold "/")
@@ -80,6 +82,8 @@ def _no_constant(name: str) -> Any:
 
 @dataclass
 class HttpResponse:
+    """An answer to send: a status with a JSON body, a raw body or a stream (server-sent events)."""
+
     status: int
     body: Any = None  # JSON-able; not sent for 204
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)

@@ -25,6 +25,8 @@ Assignment: TypeAlias = dict[uuid.UUID, frozenset[int]]
 
 @dataclass(frozen=True, slots=True)
 class MemberSpec:
+    """One member as an assignor sees it: its ids, rack, subscribed topic ids and current target."""
+
     member_id: str
     instance_id: str | None
     rack_id: str | None
@@ -34,6 +36,8 @@ class MemberSpec:
 
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
+    """An assignor's input: the members, whether they all subscribe alike, and each topic's partition count."""
+
     members: Mapping[str, MemberSpec]
     homogeneous: bool
     partitions: Mapping[uuid.UUID, int]  # partition count of every subscribed topic

@@ -146,6 +146,8 @@ class _Op:
 
 @dataclass(slots=True)
 class _PendingWrite:
+    """An op's records on their way to the log: how to undo them and whom to tell when written."""
+
     group_id: str
     undo: list[ConsumerRecord]
     created_group: bool

@@ -59,6 +59,8 @@ class ClassicMemberSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class ClassicGroupSnapshot:
+    """A classic group and its members: what an online upgrade takes over and a downgrade installs."""
+
     group_id: str
     generation: int
     protocol_type: str
@@ -71,6 +73,8 @@ class ClassicGroupSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class ConsumerHeartbeatResult:
+    """The answer to a ConsumerGroupHeartbeat; ``assignment`` None: not sent (unchanged)."""
+
     error: ErrorCode
     error_message: str | None = None
     member_id: str | None = None
@@ -81,6 +85,8 @@ class ConsumerHeartbeatResult:
 
 @dataclass(frozen=True, slots=True)
 class DescribedTopicPartitions:
+    """One topic of a described assignment: its id, name and partitions."""
+
     topic_id: uuid.UUID
     topic_name: str
     partitions: tuple[int, ...]
@@ -88,6 +94,8 @@ class DescribedTopicPartitions:
 
 @dataclass(frozen=True, slots=True)
 class DescribedConsumerMember:
+    """One member of a ConsumerGroupDescribe answer: its ids, client, subscription and assignments."""
+
     member_id: str
     instance_id: str | None
     rack_id: str | None
@@ -103,6 +111,8 @@ class DescribedConsumerMember:
 
 @dataclass(frozen=True, slots=True)
 class DescribedConsumerGroup:
+    """One group of a ConsumerGroupDescribe answer (API 69): its state, epochs and members, or its error."""
+
     group_id: str
     error: ErrorCode = ErrorCode.NONE
     error_message: str | None = None

@@ -95,6 +95,8 @@ class ConsumerGroupConfig:
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
+    """A topic as the machine sees it: id, name and partition count."""
+
     topic_id: uuid.UUID
     name: str
     partitions: int
@@ -198,6 +200,8 @@ BLANK_META: Final = MemberMetadataValue(None, None, "", "", (), None, -1, None, 
 
 @dataclass(slots=True)
 class ConsumerMember:
+    """One member of a consumer group: its member-metadata record value and its current assignment."""
+
     member_id: str
     meta: MemberMetadataValue = BLANK_META
     assignment: MemberAssignment = field(default_factory=lambda: MemberAssignment(0, 0, MemberState.STABLE))
@@ -217,6 +221,8 @@ class ConsumerMember:
 
 @dataclass(slots=True)
 class ConsumerGroup:
+    """One consumer group: epochs, members, target assignment, partition owners, regexes, member indexes."""
+
     group_id: str
     partition: int
     epoch: int = 1

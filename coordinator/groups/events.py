@@ -33,6 +33,8 @@ class Protocol:
 
 @dataclass(frozen=True, slots=True)
 class JoinRequest:
+    """A JoinGroup request: the member, its timeouts and the protocols it supports."""
+
     group_id: str
     member_id: str
     group_instance_id: str | None
@@ -48,6 +50,8 @@ class JoinRequest:
 
 @dataclass(frozen=True, slots=True)
 class SyncRequest:
+    """A SyncGroup request; the leader's carries every member's assignment as (member id, bytes)."""
+
     group_id: str
     generation_id: int
     member_id: str
@@ -60,6 +64,8 @@ class SyncRequest:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:
+    """A Heartbeat request: a member at a generation."""
+
     group_id: str
     generation_id: int
     member_id: str
@@ -68,6 +74,8 @@ class HeartbeatRequest:
 
 @dataclass(frozen=True, slots=True)
 class LeaveMember:
+    """One member of a LeaveGroup request (from v3 a request may name several)."""
+
     member_id: str
     group_instance_id: str | None = None
     reason: str | None = None
@@ -75,12 +83,16 @@ class LeaveMember:
 
 @dataclass(frozen=True, slots=True)
 class LeaveRequest:
+    """A LeaveGroup request: the members that leave the group."""
+
     group_id: str
     members: tuple[LeaveMember, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class CommitPartition:
+    """One partition's offset in an OffsetCommit or TxnOffsetCommit request."""
+
     partition: int
     offset: int
     leader_epoch: int = -1
@@ -89,6 +101,8 @@ class CommitPartition:
 
 @dataclass(frozen=True, slots=True)
 class CommitTopic:
+    """One topic of an OffsetCommit or TxnOffsetCommit request, with its partitions."""
+
     name: str
     partitions: tuple[CommitPartition, ...]
     topic_id: uuid.UUID | None = None  # OffsetCommit v10 names topics by id: stored with the offset
@@ -96,6 +110,8 @@ class CommitTopic:
 
 @dataclass(frozen=True, slots=True)
 class CommitRequest:
+    """An OffsetCommit request, or a TxnOffsetCommit one when ``producer`` is set."""
+
     group_id: str
     generation_id: int
     member_id: str
@@ -110,6 +126,8 @@ class CommitRequest:
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchGroupRequest:
+    """One group of an OffsetFetch request and the partitions asked for."""
+
     group_id: str
     topics: tuple[tuple[str, tuple[int, ...]], ...] | None  # None = every committed offset
     # OffsetFetch v10: the id each named topic was asked by; an offset stored under another id
@@ -119,12 +137,16 @@ class OffsetFetchGroupRequest:
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchRequest:
+    """An OffsetFetch request: one group, or several from v8 on."""
+
     groups: tuple[OffsetFetchGroupRequest, ...]
     require_stable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class OffsetDeleteRequest:
+    """An OffsetDelete request: the group and the partitions whose offsets are deleted."""
+
     group_id: str
     topics: tuple[tuple[str, tuple[int, ...]], ...]
 
@@ -134,6 +156,8 @@ class OffsetDeleteRequest:
 
 @dataclass(frozen=True, slots=True)
 class JoinMember:
+    """One member as a JoinGroup answer to the leader lists it, with its metadata for the chosen protocol."""
+
     member_id: str
     group_instance_id: str | None
     metadata: bytes
@@ -141,6 +165,8 @@ class JoinMember:
 
 @dataclass(frozen=True, slots=True)
 class JoinResult:
+    """The answer to a JoinGroup request (the leader's lists the members)."""
+
     error: ErrorCode
     member_id: str = ""
     generation_id: int = -1
@@ -153,6 +179,8 @@ class JoinResult:
 
 @dataclass(frozen=True, slots=True)
 class SyncResult:
+    """The answer to a SyncGroup request: the member's assignment."""
+
     error: ErrorCode
     protocol_type: str | None = None
     protocol_name: str | None = None
@@ -161,11 +189,15 @@ class SyncResult:
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatResult:
+    """The answer to a Heartbeat request."""
+
     error: ErrorCode
 
 
 @dataclass(frozen=True, slots=True)
 class LeaveMemberResult:
+    """One member's outcome in a LeaveGroup answer."""
+
     member_id: str
     group_instance_id: str | None
     error: ErrorCode
@@ -173,23 +205,31 @@ class LeaveMemberResult:
 
 @dataclass(frozen=True, slots=True)
 class LeaveResult:
+    """The answer to a LeaveGroup request: its error and each member's."""
+
     error: ErrorCode
     members: tuple[LeaveMemberResult, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class TopicErrors:
+    """One topic's partition errors in an OffsetCommit or OffsetDelete answer."""
+
     name: str
     partitions: tuple[tuple[int, ErrorCode], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class CommitResult:
+    """The answer to an OffsetCommit or TxnOffsetCommit request."""
+
     topics: tuple[TopicErrors, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchPartition:
+    """One partition of an OffsetFetch answer: its committed offset, or its error."""
+
     partition: int
     offset: int = -1
     leader_epoch: int = -1
@@ -199,12 +239,16 @@ class OffsetFetchPartition:
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchTopic:
+    """One topic of an OffsetFetch answer."""
+
     name: str
     partitions: tuple[OffsetFetchPartition, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchGroupResult:
+    """One group of an OffsetFetch answer: its error or its topics."""
+
     group_id: str
     error: ErrorCode = NONE
     topics: tuple[OffsetFetchTopic, ...] = ()
@@ -212,17 +256,23 @@ class OffsetFetchGroupResult:
 
 @dataclass(frozen=True, slots=True)
 class OffsetFetchResult:
+    """The answer to an OffsetFetch request: one entry per group asked for."""
+
     groups: tuple[OffsetFetchGroupResult, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class OffsetDeleteResult:
+    """The answer to an OffsetDelete request: the group's error and each partition's."""
+
     error: ErrorCode
     topics: tuple[TopicErrors, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class DescribedMember:
+    """One member of a DescribeGroups answer, with its metadata and assignment bytes."""
+
     member_id: str
     group_instance_id: str | None
     client_id: str
@@ -233,6 +283,8 @@ class DescribedMember:
 
 @dataclass(frozen=True, slots=True)
 class DescribedGroup:
+    """One group of a DescribeGroups answer; ``protocol_data`` is the chosen protocol's name (when Stable)."""
+
     group_id: str
     error: ErrorCode = NONE
     error_message: str | None = None
@@ -244,11 +296,15 @@ class DescribedGroup:
 
 @dataclass(frozen=True, slots=True)
 class DescribeResult:
+    """The answer to a DescribeGroups request: one entry per group asked for."""
+
     groups: tuple[DescribedGroup, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class ListedGroup:
+    """One group of a ListGroups answer, with its group type (classic, consumer or share)."""
+
     group_id: str
     protocol_type: str
     state: str
@@ -257,12 +313,16 @@ class ListedGroup:
 
 @dataclass(frozen=True, slots=True)
 class ListResult:
+    """The answer to a ListGroups request."""
+
     error: ErrorCode
     groups: tuple[ListedGroup, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class DeleteGroupsResult:
+    """The answer to a DeleteGroups request: each group id with its error."""
+
     results: tuple[tuple[str, ErrorCode], ...]
 
 
@@ -353,6 +413,8 @@ class ArmTimer:
 
 @dataclass(frozen=True, slots=True)
 class CancelTimer:
+    """Cancel the timer ``key`` (nothing to do when it is not armed)."""
+
     key: TimerKey
 
 

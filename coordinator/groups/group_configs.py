@@ -24,6 +24,8 @@ FILE_NAME: Final = "group-configs.json"
 
 @dataclass(frozen=True)
 class GroupConfigDef:
+    """One dynamic group config: its broker default, fallback, value check and DescribeConfigs type."""
+
     name: str
     broker_key: str | None  # the broker setting that is its default (and synonym)
     fallback: str  # default when there is no broker setting

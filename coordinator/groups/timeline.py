@@ -34,6 +34,8 @@ TopicPartition = tuple[str, int]
 
 @dataclass(slots=True)
 class _Versions(Generic[V]):
+    """One key's values: the last one the log acknowledged and those appended since, by write id."""
+
     committed: V | None = None
     committed_by: int = 0  # id of the write that committed it (0: loaded)
     pending: list[tuple[int, V | None]] = field(default_factory=list)  # (write id, value), append order

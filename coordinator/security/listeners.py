@@ -27,6 +27,8 @@ class ListenerError(ValueError):
 
 @dataclass
 class Listener:
+    """One listener: its name, security protocol, bind address, what it advertises and the port it bound."""
+
     name: str
     protocol: str  # one of PROTOCOLS
     host: str  # bind address ("" = every interface)

@@ -59,6 +59,8 @@ class State(Enum):
 
 @dataclass
 class Step:
+    """What to do after a frame: the answer to send, whether to close or delegate, whether authentication is done."""
+
     answer: bytes = b""  # whole frame (size prefix included) to send, b"" = nothing
     close: bool = False
     complete: bool = False

@@ -27,6 +27,8 @@ MAX_ITERATIONS: Final = 16384  # AlterUserScramCredentials' upper bound (Control
 
 @dataclass(frozen=True)
 class ScramCredential:
+    """One user's SCRAM credential for one mechanism: salt, StoredKey, ServerKey and iterations."""
+
     salt: bytes
     stored_key: bytes
     server_key: bytes

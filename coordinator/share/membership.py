@@ -42,6 +42,8 @@ SessionTimer = tuple[str, str]  # (group id, member id)
 
 @dataclass(frozen=True, slots=True)
 class ShareHeartbeat:
+    """A ShareGroupHeartbeat request (API 76) as the machine sees it; ``None`` means unchanged."""
+
     group_id: str
     member_id: str
     member_epoch: int
@@ -53,6 +55,8 @@ class ShareHeartbeat:
 
 @dataclass(frozen=True, slots=True)
 class ShareHeartbeatResult:
+    """The answer to a ShareGroupHeartbeat; ``assignment`` None: not sent (unchanged)."""
+
     error: ErrorCode
     error_message: str | None = None
     member_id: str | None = None
@@ -71,6 +75,8 @@ class Timers:
 
 @dataclass
 class ShareMember:
+    """One member of a share group: its epochs, client, subscribed topic names and assignment."""
+
     member_id: str
     epoch: int = 0
     previous_epoch: int = -1
@@ -83,6 +89,8 @@ class ShareMember:
 
 @dataclass
 class ShareGroup:
+    """One share group: its epochs, members, target assignment and subscribed topics as last seen."""
+
     group_id: str
     epoch: int = 0
     assignment_epoch: int = 0

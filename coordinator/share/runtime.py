@@ -64,6 +64,8 @@ def parse_duration_ms(text: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ShareSettings:
+    """The broker's ``group.share.*`` settings the runtime applies."""
+
     max_in_flight: int = 2000
     delivery_limit: int = 5
     max_size: int = 200
@@ -93,6 +95,8 @@ class PartitionAnswer:
 
 @dataclass
 class ShareAnswer:
+    """A ShareFetch or ShareAcknowledge answer: its error, the acquisition lock timeout, each partition's answer."""
+
     error: ErrorCode = ErrorCode.NONE
     error_message: str | None = None
     lock_timeout_ms: int = 0

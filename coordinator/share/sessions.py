@@ -35,6 +35,8 @@ TopicIdPartition = tuple[uuid.UUID, int]
 
 @dataclass
 class ShareSession:
+    """One share session: its key, the epoch its next request must carry, its connection and partitions."""
+
     key: SessionKey
     epoch: int
     connection_id: int

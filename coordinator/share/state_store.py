@@ -46,6 +46,8 @@ StateKey = tuple[str, uuid.UUID, int]  # (group id, topic id, partition)
 
 @dataclass(frozen=True, slots=True)
 class SavedState:
+    """One share partition's durable state (Kafka's ``ShareSnapshotValue``): start offset and state batches."""
+
     start_offset: int
     batches: tuple[StateBatch, ...]
 

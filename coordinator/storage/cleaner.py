@@ -58,6 +58,8 @@ class CleanerStopped(Exception):
 
 @dataclass
 class CleanResult:
+    """What one cleaner pass over a partition did: the segments it replaced, and its counts."""
+
     # (base offsets replaced, new segment or None when it came out empty), in offset order
     replaced: list[tuple[list[int], Segment | None]] = field(default_factory=list)
     bytes_read: int = 0

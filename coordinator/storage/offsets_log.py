@@ -92,6 +92,8 @@ Loader = Callable[[int, Mapping[str, GroupMetadataValue], Mapping[OffsetCommitKe
 
 @dataclass
 class _Pending:
+    """One append queued for a partition's writer: its encoded records, time and the future its caller awaits."""
+
     entries: list[tuple[bytes, bytes | None]]
     timestamp: int
     future: asyncio.Future[None]

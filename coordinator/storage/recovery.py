@@ -33,6 +33,8 @@ from .segments import (
 
 @dataclass
 class PartitionReplay:
+    """One partition replayed: its segments, rebuilt state, repairs, size and where damage stopped it."""
+
     partition: int
     segments: list[Segment]
     state: PartitionState

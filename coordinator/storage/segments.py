@@ -124,6 +124,8 @@ def fsync_dir(path: Path) -> None:
 
 @dataclass
 class Segment:
+    """One segment file of a partition: base offset, path, valid size, next offset and batch count."""
+
     base_offset: int
     path: Path
     size: int  # bytes of whole, valid batches
@@ -133,6 +135,8 @@ class Segment:
 
 @dataclass
 class RecoveryReport:
+    """What recovery repaired: truncated tails, finished cleaner swaps and removed leftovers."""
+
     truncated: list[tuple[Path, int, int, str]] = field(default_factory=list)  # path, position, bytes, why
     swaps_completed: list[Path] = field(default_factory=list)
     leftovers_removed: list[Path] = field(default_factory=list)

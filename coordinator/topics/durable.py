@@ -70,6 +70,8 @@ def write_checkpoint(path: Path, entries: dict[tuple[str, int], int]) -> None:
 
 @dataclass
 class LoadReport:
+    """What loading the durable topic data found: counts, truncations, clean shutdown and time taken."""
+
     partitions: int = 0
     segments: int = 0
     batches: int = 0

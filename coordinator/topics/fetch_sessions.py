@@ -73,6 +73,8 @@ class PartitionRequest:
 
 @dataclass
 class FetchSession:
+    """One incremental fetch session: its id, the epoch its next request must carry, and its partitions."""
+
     id: int
     uses_topic_ids: bool
     creation_ms: int

@@ -68,6 +68,8 @@ def _ints(values: Iterable[int] = ()) -> array[int]:
 
 @dataclass(frozen=True, slots=True)
 class AppendResult:
+    """Where an append went; ``duplicate``: an idempotent retry, answered with the original offsets."""
+
     base_offset: int
     log_start_offset: int
     duplicate: bool = False
@@ -75,6 +77,8 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
+    """Records read from a partition, with its high watermark and log start offset."""
+
     records: bytes
     high_watermark: int
     log_start_offset: int

@@ -30,6 +30,8 @@ NO_PRODUCER_EPOCH = -1
 
 @dataclass(frozen=True, slots=True)
 class BatchMetadata:
+    """One of a producer's last batches (Kafka's ``BatchMetadata``): last sequence and offset, delta, time."""
+
     last_seq: int
     last_offset: int
     offset_delta: int
@@ -46,6 +48,8 @@ class BatchMetadata:
 
 @dataclass
 class ProducerEntry:
+    """One producer id's state in a partition (Kafka's ``ProducerStateEntry``)."""
+
     producer_id: int
     epoch: int = NO_PRODUCER_EPOCH
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))

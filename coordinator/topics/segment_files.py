@@ -75,6 +75,8 @@ def write_small_file(path: Path, text: str) -> None:
 
 @dataclass(slots=True)
 class SegmentFile:
+    """One open segment file: base offset, path, file descriptor and its range of global positions."""
+
     base_offset: int
     path: Path
     fd: int

@@ -106,6 +106,8 @@ def _unify(name: str) -> str:
 
 @dataclass
 class Topic:
+    """One topic: its name, id, partition logs and dynamic config overrides."""
+
     name: str
     topic_id: uuid.UUID
     num_partitions: int

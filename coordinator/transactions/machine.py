@@ -77,6 +77,8 @@ class TxnConfig:
 
 @dataclass(slots=True)
 class TxnMetadata:
+    """One transactional id's state (Kafka's ``TransactionMetadata``); :meth:`to_json` is what is saved."""
+
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -121,6 +123,8 @@ class TxnMetadata:
 
 @dataclass(frozen=True, slots=True)
 class Respond:
+    """Release the request parked under ``token`` with ``result``."""
+
     token: int
     result: object
 
@@ -146,6 +150,8 @@ class WriteMarkers:
 
 @dataclass(frozen=True, slots=True)
 class Note:
+    """Something worth a log line (a state change, a fenced producer)."""
+
     event: str
     fields: dict[str, object]
 
@@ -155,6 +161,8 @@ Effect: TypeAlias = Respond | Persist | WriteMarkers | Note
 
 @dataclass(frozen=True, slots=True)
 class InitResult:
+    """The answer to an InitProducerId request: an error, or the producer id and epoch."""
+
     error: ErrorCode
     producer_id: int = NO_PRODUCER_ID
     producer_epoch: int = NO_EPOCH
@@ -162,6 +170,8 @@ class InitResult:
 
 @dataclass(slots=True)
 class _Write:
+    """A transition being saved: the state before it, the answer either way, and what follows success."""
+
     txn_id: str
     before: TxnMetadata | None  # None: the id was created by this write
     token: int | None
