@@ -11,9 +11,10 @@ from __future__ import annotations
 import inspect
 import os
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+from msgspec import Struct
 
 from .clock import Clock
 from .cluster import Cluster
@@ -54,8 +55,7 @@ class CloseConnection(Exception):
     ``closeConnection``, e.g. a failed acks=0 Produce)."""
 
 
-@dataclass
-class RequestContext:
+class RequestContext(Struct):
     """What a handler knows about the request besides its body."""
 
     broker: Broker

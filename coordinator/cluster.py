@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import zlib
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from .topics.store import OFFSETS_TOPIC, TRANSACTION_TOPIC
 
@@ -34,8 +35,7 @@ CURRENT_NODE: ContextVar[int | None] = ContextVar("rallypoint_node", default=Non
 CURRENT_LISTENER: ContextVar[str | None] = ContextVar("rallypoint_listener", default=None)
 
 
-@dataclass
-class Cluster:
+class Cluster(Struct):
     """The nodes of this process: their advertised endpoints, which are up, and the leaders set by hand."""
 
     nodes: list[int]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
+
+from msgspec import Struct, field
 
 
 class ConfigError(ValueError):
@@ -60,8 +61,7 @@ def _ratio(v: str) -> float:
 INT32_MAX: Final = 2**31 - 1
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(Struct, frozen=True):
     """One accepted config key: how its value is parsed, its default and its line in the README's table."""
 
     key: str
@@ -414,8 +414,7 @@ def env_name(key: str) -> str:
     return "KAFKA_" + key.replace(".", "_").upper()
 
 
-@dataclass
-class Config:
+class Config(Struct):
     """The broker's settings: every key's value after defaults, environment variables and overrides."""
 
     values: dict[str, Any] = field(default_factory=dict)

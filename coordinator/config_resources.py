@@ -13,9 +13,9 @@ checked completely before any of it is applied (all or nothing per resource).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
+from msgspec import Struct
 from rallypoint.protocol.errors import ErrorCode
 
 from . import logger
@@ -81,8 +81,7 @@ class ConfigRequestError(Exception):
         self.message = message
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(Struct, frozen=True):
     """One config of a resource as DescribeConfigs answers it: value, source, flags, type and synonyms."""
 
     name: str

@@ -48,9 +48,9 @@ import itertools
 import socket
 import struct
 from collections import Counter, deque
-from dataclasses import dataclass
 from typing import Any
 
+from msgspec import Struct
 from rallypoint.protocol import codec
 from rallypoint.protocol.apis import API_VERSIONS_KEY, served
 from rallypoint.protocol.errors import ErrorCode
@@ -233,8 +233,7 @@ class _IdleWatch:
 _SERVED: dict[int, tuple[str, int]] = {}
 
 
-@dataclass
-class _Decoded:
+class _Decoded(Struct):
     """A decoded request frame: its header's fields, the API's name and the request body."""
 
     api_key: int

@@ -7,12 +7,12 @@ API table in sync with it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
+from msgspec import Struct
 
-@dataclass(frozen=True, slots=True)
-class ApiRange:
+
+class ApiRange(Struct, frozen=True):
     """One served API: its key, name and the versions rallypoint handles."""
 
     key: int

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass
 from typing import Final, TypeAlias
+
+from msgspec import Struct
 
 from .flexible import RecordLayoutError, ValueReader, ValueWriter
 
@@ -58,24 +59,21 @@ ConsumerRecordError = RecordLayoutError
 # ------------------------------------------------------------------------------------- keys
 
 
-@dataclass(frozen=True, slots=True)
-class GroupMetadataKey:
+class GroupMetadataKey(Struct, frozen=True):
     """Kafka's ``ConsumerGroupMetadataKey`` (type 3): the group."""
 
     group_id: str
     record_type: int = GROUP_METADATA
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionMetadataKey:
+class PartitionMetadataKey(Struct, frozen=True):
     """Kafka's ``ConsumerGroupPartitionMetadataKey`` (type 4, no longer written): the group."""
 
     group_id: str
     record_type: int = PARTITION_METADATA
 
 
-@dataclass(frozen=True, slots=True)
-class MemberMetadataKey:
+class MemberMetadataKey(Struct, frozen=True):
     """Kafka's ``ConsumerGroupMemberMetadataKey`` (type 5): a member of the group."""
 
     group_id: str
@@ -83,16 +81,14 @@ class MemberMetadataKey:
     record_type: int = MEMBER_METADATA
 
 
-@dataclass(frozen=True, slots=True)
-class TargetAssignmentMetadataKey:
+class TargetAssignmentMetadataKey(Struct, frozen=True):
     """Kafka's ``ConsumerGroupTargetAssignmentMetadataKey`` (type 6): the group."""
 
     group_id: str
     record_type: int = TARGET_ASSIGNMENT_METADATA
 
 
-@dataclass(frozen=True, slots=True)
-class TargetAssignmentMemberKey:
+class TargetAssignmentMemberKey(Struct, frozen=True):
     """Kafka's ``ConsumerGroupTargetAssignmentMemberKey`` (type 7): a member of the group."""
 
     group_id: str
@@ -100,8 +96,7 @@ class TargetAssignmentMemberKey:
     record_type: int = TARGET_ASSIGNMENT_MEMBER
 
 
-@dataclass(frozen=True, slots=True)
-class CurrentMemberAssignmentKey:
+class CurrentMemberAssignmentKey(Struct, frozen=True):
     """Kafka's ``ConsumerGroupCurrentMemberAssignmentKey`` (type 8): a member of the group."""
 
     group_id: str
@@ -109,8 +104,7 @@ class CurrentMemberAssignmentKey:
     record_type: int = CURRENT_MEMBER_ASSIGNMENT
 
 
-@dataclass(frozen=True, slots=True)
-class RegularExpressionKey:
+class RegularExpressionKey(Struct, frozen=True):
     """Kafka's ``ConsumerGroupRegularExpressionKey`` (type 16): a regex the group subscribes to."""
 
     group_id: str
@@ -131,39 +125,34 @@ ConsumerKey: TypeAlias = (
 # ----------------------------------------------------------------------------------- values
 
 
-@dataclass(frozen=True, slots=True)
-class GroupMetadataValue:
+class GroupMetadataValue(Struct, frozen=True):
     """Kafka's ``ConsumerGroupMetadataValue``: the group epoch and the metadata hash."""
 
     epoch: int
     metadata_hash: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionMetadataValue:
+class PartitionMetadataValue(Struct, frozen=True):
     """Deprecated record: its bytes are kept as they are (nothing reads them)."""
 
     raw: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
-class ClassicProtocol:
+class ClassicProtocol(Struct, frozen=True):
     """One of a classic member's supported protocols (``ClassicMemberMetadata.SupportedProtocols``)."""
 
     name: str
     metadata: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class ClassicMemberMetadata:
+class ClassicMemberMetadata(Struct, frozen=True):
     """``ConsumerGroupMemberMetadataValue.ClassicMemberMetadata``: a classic member's session timeout and protocols."""
 
     session_timeout_ms: int
     supported_protocols: tuple[ClassicProtocol, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class MemberMetadataValue:
+class MemberMetadataValue(Struct, frozen=True):
     """Kafka's ``ConsumerGroupMemberMetadataValue``: a member's client, subscription and assignor."""
 
     instance_id: str | None
@@ -177,31 +166,27 @@ class MemberMetadataValue:
     classic_member_metadata: ClassicMemberMetadata | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class TargetAssignmentMetadataValue:
+class TargetAssignmentMetadataValue(Struct, frozen=True):
     """Kafka's ``ConsumerGroupTargetAssignmentMetadataValue``: the assignment epoch and timestamp."""
 
     assignment_epoch: int
     assignment_timestamp: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class TopicPartitions:
+class TopicPartitions(Struct, frozen=True):
     """One topic's partitions (by topic id) in a ``ConsumerGroupTargetAssignmentMemberValue``."""
 
     topic_id: uuid.UUID
     partitions: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class TargetAssignmentMemberValue:
+class TargetAssignmentMemberValue(Struct, frozen=True):
     """Kafka's ``ConsumerGroupTargetAssignmentMemberValue``: a member's target partitions."""
 
     topic_partitions: tuple[TopicPartitions, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class EpochTopicPartitions:
+class EpochTopicPartitions(Struct, frozen=True):
     """``TopicPartitions`` of a current assignment: with the per-partition assignment epochs
     (KIP-1251; None in records written before them)."""
 
@@ -210,8 +195,7 @@ class EpochTopicPartitions:
     assignment_epochs: tuple[int, ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class CurrentMemberAssignmentValue:
+class CurrentMemberAssignmentValue(Struct, frozen=True):
     """Kafka's ``ConsumerGroupCurrentMemberAssignmentValue``: a member's epochs, state and partitions."""
 
     member_epoch: int
@@ -221,8 +205,7 @@ class CurrentMemberAssignmentValue:
     partitions_pending_revocation: tuple[EpochTopicPartitions, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class RegularExpressionValue:
+class RegularExpressionValue(Struct, frozen=True):
     """Kafka's ``ConsumerGroupRegularExpressionValue``: the topics a regex resolved to, a version and a time."""
 
     topics: tuple[str, ...]
@@ -509,9 +492,8 @@ def to_json(obj: object) -> object:
         return {"size": len(obj)}
     if isinstance(obj, tuple):
         return [to_json(x) for x in obj]
-    fields = getattr(obj, "__dataclass_fields__", None)
-    if fields is not None:
-        return {_camel(f): to_json(getattr(obj, f)) for f in fields if f != "record_type"}
+    if isinstance(obj, Struct):
+        return {_camel(f): to_json(getattr(obj, f)) for f in obj.__struct_fields__ if f != "record_type"}
     raise TypeError(f"cannot describe {type(obj).__name__}")
 
 

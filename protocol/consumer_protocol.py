@@ -28,7 +28,8 @@ is an error.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 from .wire import I16 as _I16
 from .wire import I32 as _I32
@@ -43,16 +44,14 @@ class ConsumerProtocolError(ValueError):
     """The bytes are not a valid consumer-protocol subscription or assignment."""
 
 
-@dataclass(frozen=True, slots=True)
-class TopicPartitions:
+class TopicPartitions(Struct, frozen=True):
     """A topic and some of its partitions (owned or assigned ones)."""
 
     topic: str
     partitions: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Subscription:
+class Subscription(Struct, frozen=True):
     """A ``ConsumerProtocolSubscription``: what a consumer puts in JoinGroup's protocol metadata."""
 
     version: int
@@ -63,8 +62,7 @@ class Subscription:
     rack_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Assignment:
+class Assignment(Struct, frozen=True):
     """A ``ConsumerProtocolAssignment``: the partitions a leader gives a member in SyncGroup."""
 
     version: int

@@ -13,7 +13,8 @@ client that does not know the broker's versions can still read them.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from . import wire
 from .wire import I16 as _I16
@@ -26,8 +27,7 @@ class FrameError(ValueError):
     """The bytes cannot be a Kafka frame or header; the connection must be closed."""
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHeader:
+class RequestHeader(Struct, frozen=True):
     """A parsed request header (v1 or v2), with its size in bytes."""
 
     api_key: int

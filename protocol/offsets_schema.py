@@ -15,8 +15,9 @@ from __future__ import annotations
 import functools
 import struct
 import uuid
-from dataclasses import dataclass, field
 from typing import Final
+
+from msgspec import Struct, field
 
 from .wire import I16 as _I16
 from .wire import I32 as _I32
@@ -24,8 +25,7 @@ from .wire import I64 as _I64
 from .wire import Reader, Writer
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetCommitKey:
+class OffsetCommitKey(Struct, frozen=True):
     """Kafka's ``OffsetCommitKey`` (key version 0 or 1): group, topic and partition."""
 
     group: str
@@ -33,8 +33,7 @@ class OffsetCommitKey:
     partition: int
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetCommitValue:
+class OffsetCommitValue(Struct, frozen=True):
     """Kafka's ``OffsetCommitValue``: a committed offset, its metadata, timestamps and topic id."""
 
     offset: int
@@ -47,15 +46,13 @@ class OffsetCommitValue:
     topic_id: uuid.UUID | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class GroupMetadataKey:
+class GroupMetadataKey(Struct, frozen=True):
     """Kafka's ``GroupMetadataKey`` (key version 2): the group."""
 
     group: str
 
 
-@dataclass(frozen=True, slots=True)
-class MemberMetadata:
+class MemberMetadata(Struct, frozen=True):
     """One member of a classic group in a ``GroupMetadataValue`` (Kafka's ``MemberMetadata``)."""
 
     member_id: str
@@ -68,8 +65,7 @@ class MemberMetadata:
     assignment: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class GroupMetadataValue:
+class GroupMetadataValue(Struct, frozen=True):
     """Kafka's ``GroupMetadataValue``: a classic group's protocol, generation, leader and members."""
 
     protocol_type: str  # "" for a simple / empty group
@@ -137,8 +133,7 @@ class OffsetsSchemaError(ValueError):
     """Bytes that are not a valid key or value of the versions we know."""
 
 
-@dataclass(frozen=True, slots=True)
-class UnknownKey:
+class UnknownKey(Struct, frozen=True):
     """A key whose version is not an offset commit (0-1) or group metadata (2) key: KIP-848 and
     share-group records (3-15) or newer.  Readers skip these records, as Kafka's Scala loader
     does (``UnknownKey``, GroupMetadataManager.scala)."""

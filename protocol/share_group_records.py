@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import struct
 import uuid
-from dataclasses import dataclass
 from typing import Final, TypeAlias
+
+from msgspec import Struct
 
 from .flexible import RecordLayoutError, ValueReader, ValueWriter
 
@@ -36,8 +37,7 @@ _I16 = struct.Struct(">h")
 _I64 = struct.Struct(">q")
 
 
-@dataclass(frozen=True, slots=True)
-class ShareKey:
+class ShareKey(Struct, frozen=True):
     """A share-group record key: the group, and the member for the per-member types."""
 
     record_type: int
@@ -45,8 +45,7 @@ class ShareKey:
     member_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ShareMemberMetadataValue:
+class ShareMemberMetadataValue(Struct, frozen=True):
     """Kafka's ``ShareGroupMemberMetadataValue`` (type 10): a member's rack, client and subscription."""
 
     rack_id: str | None
@@ -55,38 +54,33 @@ class ShareMemberMetadataValue:
     subscribed_topic_names: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ShareGroupMetadataValue:
+class ShareGroupMetadataValue(Struct, frozen=True):
     """Kafka's ``ShareGroupMetadataValue`` (type 11): the group epoch and the metadata hash."""
 
     epoch: int
     metadata_hash: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class ShareTargetAssignmentMetadataValue:
+class ShareTargetAssignmentMetadataValue(Struct, frozen=True):
     """Kafka's ``ShareGroupTargetAssignmentMetadataValue`` (type 12): the assignment epoch."""
 
     assignment_epoch: int
 
 
-@dataclass(frozen=True, slots=True)
-class ShareTopicPartitions:
+class ShareTopicPartitions(Struct, frozen=True):
     """One topic's partitions (by topic id) in a share-group assignment record."""
 
     topic_id: uuid.UUID
     partitions: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ShareTargetAssignmentMemberValue:
+class ShareTargetAssignmentMemberValue(Struct, frozen=True):
     """Kafka's ``ShareGroupTargetAssignmentMemberValue`` (type 13): a member's target partitions."""
 
     topic_partitions: tuple[ShareTopicPartitions, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ShareCurrentMemberAssignmentValue:
+class ShareCurrentMemberAssignmentValue(Struct, frozen=True):
     """Kafka's ``ShareGroupCurrentMemberAssignmentValue`` (type 14): a member's epochs, state, partitions."""
 
     member_epoch: int

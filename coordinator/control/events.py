@@ -10,16 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from dataclasses import dataclass
 from typing import Any, Final
+
+from msgspec import Struct
 
 KINDS: Final = ("group", "member", "fault")
 RING_SIZE: Final = 1000
 SUBSCRIBER_QUEUE: Final = 10000  # a subscriber further behind than this is cut off
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(Struct, frozen=True):
     """One event of the ring: its id, kind and JSON data; :meth:`sse` frames it for the stream."""
 
     id: int

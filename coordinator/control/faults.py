@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from msgspec import Struct
 from rallypoint.protocol.apis import SERVED_APIS
 from rallypoint.protocol.errors import ErrorCode
 
@@ -266,8 +267,7 @@ class _NoMatch:
 NO_MATCH: Final = _NoMatch()
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
+class Hit(Struct, frozen=True):
     """A rule that applies to a request, and the part of the request it applies to."""
 
     rule: FaultRule

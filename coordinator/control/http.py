@@ -13,11 +13,11 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import parse_qsl, unquote
 
 import h11
+from msgspec import Struct, field
 
 from ..logger import get as get_logger
 
@@ -55,8 +55,7 @@ class HttpError(Exception):
         self.headers = headers or []
 
 
-@dataclass
-class HttpRequest:
+class HttpRequest(Struct):
     """One parsed HTTP request: method, target (path segments and query), headers and body."""
 
     method: str
@@ -80,8 +79,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-@dataclass
-class HttpResponse:
+class HttpResponse(Struct):
     """An answer to send: a status with a JSON body, a raw body or a stream (server-sent events)."""
 
     status: int

@@ -32,9 +32,9 @@ import dataclasses
 import functools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
+from msgspec import Struct
 from rallypoint.protocol import codec
 
 FETCH_KEY: Final = 1
@@ -110,8 +110,7 @@ _NOT_MIRRORED: Final = frozenset({"forgotten_topics_data"})
 TopicNamer = Callable[[uuid.UUID], str | None]
 
 
-@dataclass(frozen=True, slots=True)
-class Target:
+class Target(Struct, frozen=True):
     """Which entries of a request a rule aims at: None = no constraint on that kind."""
 
     groups: frozenset[str] | None = None

@@ -16,15 +16,15 @@ from __future__ import annotations
 import bisect
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Final, Protocol, TypeAlias
+
+from msgspec import Struct, field
 
 Assignment: TypeAlias = dict[uuid.UUID, frozenset[int]]
 """topic id -> partitions."""
 
 
-@dataclass(frozen=True, slots=True)
-class MemberSpec:
+class MemberSpec(Struct, frozen=True):
     """One member as an assignor sees it: its ids, rack, subscribed topic ids and current target."""
 
     member_id: str
@@ -34,8 +34,7 @@ class MemberSpec:
     current: Mapping[uuid.UUID, frozenset[int]] = field(default_factory=dict)  # current target
 
 
-@dataclass(frozen=True, slots=True)
-class GroupSpec:
+class GroupSpec(Struct, frozen=True):
     """An assignor's input: the members, whether they all subscribe alike, and each topic's partition count."""
 
     members: Mapping[str, MemberSpec]

@@ -14,8 +14,8 @@ responses that depend on a record wait for it to be written.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
+from msgspec.structs import replace
 from rallypoint.protocol.errors import ErrorCode
 
 from . import checks, records

@@ -23,8 +23,9 @@ from __future__ import annotations
 import itertools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
 
+from msgspec import Struct, field
+from msgspec.structs import replace
 from rallypoint.protocol.consumer_group_records import (
     ClassicMemberMetadata,
     ClassicProtocol,
@@ -133,8 +134,7 @@ __all__ = [
 # --------------------------------------------------------------------------------- the machine
 
 
-@dataclass(slots=True)
-class _Op:
+class _Op(Struct):
     """One request or timer: the records it wrote and how to undo them."""
 
     group_id: str
@@ -144,8 +144,7 @@ class _Op:
     downgrade: ClassicGroupSnapshot | None = None  # the classic group this op turns it into
 
 
-@dataclass(slots=True)
-class _PendingWrite:
+class _PendingWrite(Struct):
     """An op's records on their way to the log: how to undo them and whom to tell when written."""
 
     group_id: str

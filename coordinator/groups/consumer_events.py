@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TypeAlias
 
+from msgspec import Struct, field
 from rallypoint.protocol.consumer_group_records import ConsumerRecord
 from rallypoint.protocol.errors import ErrorCode
 
@@ -20,8 +20,7 @@ from .events import ArmTimer, CancelTimer, Note, Respond, Transition
 # ---------------------------------------------------------------------------------- requests
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerHeartbeat:
+class ConsumerHeartbeat(Struct, frozen=True):
     """A ConsumerGroupHeartbeat request (API 68) as the machine sees it.
 
     ``None`` (or -1 for the rebalance timeout) means "unchanged since the last heartbeat".
@@ -42,8 +41,7 @@ class ConsumerHeartbeat:
     api_version: int = 1
 
 
-@dataclass(frozen=True, slots=True)
-class ClassicMemberSnapshot:
+class ClassicMemberSnapshot(Struct, frozen=True):
     """One member of a live classic group, as the classic coordinator describes it for an
     online upgrade (docs/consumer-groups.md, "Classic groups")."""
 
@@ -57,8 +55,7 @@ class ClassicMemberSnapshot:
     assignment: bytes  # its ConsumerProtocolAssignment of the current generation
 
 
-@dataclass(frozen=True, slots=True)
-class ClassicGroupSnapshot:
+class ClassicGroupSnapshot(Struct, frozen=True):
     """A classic group and its members: what an online upgrade takes over and a downgrade installs."""
 
     group_id: str
@@ -71,8 +68,7 @@ class ClassicGroupSnapshot:
 # ----------------------------------------------------------------------------------- results
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerHeartbeatResult:
+class ConsumerHeartbeatResult(Struct, frozen=True):
     """The answer to a ConsumerGroupHeartbeat; ``assignment`` None: not sent (unchanged)."""
 
     error: ErrorCode
@@ -83,8 +79,7 @@ class ConsumerHeartbeatResult:
     assignment: Mapping[uuid.UUID, tuple[int, ...]] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class DescribedTopicPartitions:
+class DescribedTopicPartitions(Struct, frozen=True):
     """One topic of a described assignment: its id, name and partitions."""
 
     topic_id: uuid.UUID
@@ -92,8 +87,7 @@ class DescribedTopicPartitions:
     partitions: tuple[int, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class DescribedConsumerMember:
+class DescribedConsumerMember(Struct, frozen=True):
     """One member of a ConsumerGroupDescribe answer: its ids, client, subscription and assignments."""
 
     member_id: str
@@ -109,8 +103,7 @@ class DescribedConsumerMember:
     member_type: int = 1  # 0 classic, 1 consumer
 
 
-@dataclass(frozen=True, slots=True)
-class DescribedConsumerGroup:
+class DescribedConsumerGroup(Struct, frozen=True):
     """One group of a ConsumerGroupDescribe answer (API 69): its state, epochs and members, or its error."""
 
     group_id: str
@@ -126,8 +119,7 @@ class DescribedConsumerGroup:
 # ----------------------------------------------------------------------------------- effects
 
 
-@dataclass(frozen=True, slots=True)
-class PersistConsumer:
+class PersistConsumer(Struct, frozen=True):
     """Append ``records`` as one batch to ``__consumer_offsets`` partition ``partition``, then
     report back with ``ConsumerGroupMachine.persist_done(persist_id, error, now_ms)``."""
 
@@ -136,8 +128,7 @@ class PersistConsumer:
     records: tuple[ConsumerRecord, ...] = field(default_factory=tuple)
 
 
-@dataclass(frozen=True, slots=True)
-class ConvertClassic:
+class ConvertClassic(Struct, frozen=True):
     """Online upgrade: the classic coordinator must hand over its group ``group_id`` now (answer
     its parked requests, forget it, write its tombstone) — before the PersistConsumer that
     follows this effect, so the tombstone comes first in the log."""
@@ -145,8 +136,7 @@ class ConvertClassic:
     group_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class DowngradeToClassic:
+class DowngradeToClassic(Struct, frozen=True):
     """Online downgrade: the consumer group's tombstones were just persisted (the effect
     before this one); the classic coordinator must now install ``snapshot`` as a classic group,
     write its GroupMetadata record and start a rebalance."""

@@ -11,9 +11,10 @@ import struct
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
+from msgspec import Struct, field
+from msgspec.structs import replace
 from rallypoint.protocol.consumer_group_records import (
     CurrentMemberAssignmentValue,
     EpochTopicPartitions,
@@ -48,8 +49,7 @@ MIGRATION_POLICIES: Final = ("bidirectional", "upgrade", "downgrade", "disabled"
 # ----------------------------------------------------------------------------- configuration
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupConfig:
+class ConsumerGroupConfig(Struct, frozen=True):
     """The broker's ``group.consumer.*`` settings (docs/consumer-groups.md, "Configuration")."""
 
     session_timeout_ms: int = 45000
@@ -93,8 +93,7 @@ class ConsumerGroupConfig:
 # ------------------------------------------------------------------------------------ topics
 
 
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
+class TopicInfo(Struct, frozen=True):
     """A topic as the machine sees it: id, name and partition count."""
 
     topic_id: uuid.UUID
@@ -198,8 +197,7 @@ def resolve_regex(pattern: str, names: Iterable[str]) -> frozenset[str]:
 BLANK_META: Final = MemberMetadataValue(None, None, "", "", (), None, -1, None, None)
 
 
-@dataclass(slots=True)
-class ConsumerMember:
+class ConsumerMember(Struct):
     """One member of a consumer group: its member-metadata record value and its current assignment."""
 
     member_id: str
@@ -219,8 +217,7 @@ class ConsumerMember:
         return self.meta.classic_member_metadata is None
 
 
-@dataclass(slots=True)
-class ConsumerGroup:
+class ConsumerGroup(Struct):
     """One consumer group: epochs, members, target assignment, partition owners, regexes, member indexes."""
 
     group_id: str

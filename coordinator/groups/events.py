@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import NamedTuple, TypeAlias
 
+from msgspec import Struct, field
 from rallypoint.protocol.errors import ErrorCode
 
 from .persist import Record
@@ -23,16 +23,14 @@ NONE = ErrorCode.NONE
 # ------------------------------------------------------------------------------- requests
 
 
-@dataclass(frozen=True, slots=True)
-class Protocol:
+class Protocol(Struct, frozen=True):
     """One (name, metadata) entry of a JoinGroup request; metadata is relayed byte-exact."""
 
     name: str
     metadata: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class JoinRequest:
+class JoinRequest(Struct, frozen=True):
     """A JoinGroup request: the member, its timeouts and the protocols it supports."""
 
     group_id: str
@@ -48,8 +46,7 @@ class JoinRequest:
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class SyncRequest:
+class SyncRequest(Struct, frozen=True):
     """A SyncGroup request; the leader's carries every member's assignment as (member id, bytes)."""
 
     group_id: str
@@ -62,8 +59,7 @@ class SyncRequest:
     api_version: int
 
 
-@dataclass(frozen=True, slots=True)
-class HeartbeatRequest:
+class HeartbeatRequest(Struct, frozen=True):
     """A Heartbeat request: a member at a generation."""
 
     group_id: str
@@ -72,8 +68,7 @@ class HeartbeatRequest:
     group_instance_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class LeaveMember:
+class LeaveMember(Struct, frozen=True):
     """One member of a LeaveGroup request (from v3 a request may name several)."""
 
     member_id: str
@@ -81,16 +76,14 @@ class LeaveMember:
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class LeaveRequest:
+class LeaveRequest(Struct, frozen=True):
     """A LeaveGroup request: the members that leave the group."""
 
     group_id: str
     members: tuple[LeaveMember, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class CommitPartition:
+class CommitPartition(Struct, frozen=True):
     """One partition's offset in an OffsetCommit or TxnOffsetCommit request."""
 
     partition: int
@@ -99,8 +92,7 @@ class CommitPartition:
     metadata: str | None = ""
 
 
-@dataclass(frozen=True, slots=True)
-class CommitTopic:
+class CommitTopic(Struct, frozen=True):
     """One topic of an OffsetCommit or TxnOffsetCommit request, with its partitions."""
 
     name: str
@@ -108,8 +100,7 @@ class CommitTopic:
     topic_id: uuid.UUID | None = None  # OffsetCommit v10 names topics by id: stored with the offset
 
 
-@dataclass(frozen=True, slots=True)
-class CommitRequest:
+class CommitRequest(Struct, frozen=True):
     """An OffsetCommit request, or a TxnOffsetCommit one when ``producer`` is set."""
 
     group_id: str
@@ -124,8 +115,7 @@ class CommitRequest:
     producer: tuple[int, int] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetFetchGroupRequest:
+class OffsetFetchGroupRequest(Struct, frozen=True):
     """One group of an OffsetFetch request and the partitions asked for."""
 
     group_id: str
@@ -135,16 +125,14 @@ class OffsetFetchGroupRequest:
     topic_ids: Mapping[str, uuid.UUID] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetFetchRequest:
+class OffsetFetchRequest(Struct, frozen=True):
     """An OffsetFetch request: one group, or several from v8 on."""
 
     groups: tuple[OffsetFetchGroupRequest, ...]
     require_stable: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetDeleteRequest:
+class OffsetDeleteRequest(Struct, frozen=True):
     """An OffsetDelete request: the group and the partitions whose offsets are deleted."""
 
     group_id: str
@@ -154,8 +142,7 @@ class OffsetDeleteRequest:
 # -------------------------------------------------------------------------------- results
 
 
-@dataclass(frozen=True, slots=True)
-class JoinMember:
+class JoinMember(Struct, frozen=True):
     """One member as a JoinGroup answer to the leader lists it, with its metadata for the chosen protocol."""
 
     member_id: str
@@ -163,8 +150,7 @@ class JoinMember:
     metadata: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class JoinResult:
+class JoinResult(Struct, frozen=True):
     """The answer to a JoinGroup request (the leader's lists the members)."""
 
     error: ErrorCode
@@ -177,8 +163,7 @@ class JoinResult:
     skip_assignment: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class SyncResult:
+class SyncResult(Struct, frozen=True):
     """The answer to a SyncGroup request: the member's assignment."""
 
     error: ErrorCode
@@ -187,15 +172,13 @@ class SyncResult:
     assignment: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
-class HeartbeatResult:
+class HeartbeatResult(Struct, frozen=True):
     """The answer to a Heartbeat request."""
 
     error: ErrorCode
 
 
-@dataclass(frozen=True, slots=True)
-class LeaveMemberResult:
+class LeaveMemberResult(Struct, frozen=True):
     """One member's outcome in a LeaveGroup answer."""
 
     member_id: str
@@ -203,31 +186,27 @@ class LeaveMemberResult:
     error: ErrorCode
 
 
-@dataclass(frozen=True, slots=True)
-class LeaveResult:
+class LeaveResult(Struct, frozen=True):
     """The answer to a LeaveGroup request: its error and each member's."""
 
     error: ErrorCode
     members: tuple[LeaveMemberResult, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class TopicErrors:
+class TopicErrors(Struct, frozen=True):
     """One topic's partition errors in an OffsetCommit or OffsetDelete answer."""
 
     name: str
     partitions: tuple[tuple[int, ErrorCode], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class CommitResult:
+class CommitResult(Struct, frozen=True):
     """The answer to an OffsetCommit or TxnOffsetCommit request."""
 
     topics: tuple[TopicErrors, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetFetchPartition:
+class OffsetFetchPartition(Struct, frozen=True):
     """One partition of an OffsetFetch answer: its committed offset, or its error."""
 
     partition: int
@@ -237,16 +216,14 @@ class OffsetFetchPartition:
     error: ErrorCode = NONE
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetFetchTopic:
+class OffsetFetchTopic(Struct, frozen=True):
     """One topic of an OffsetFetch answer."""
 
     name: str
     partitions: tuple[OffsetFetchPartition, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetFetchGroupResult:
+class OffsetFetchGroupResult(Struct, frozen=True):
     """One group of an OffsetFetch answer: its error or its topics."""
 
     group_id: str
@@ -254,23 +231,20 @@ class OffsetFetchGroupResult:
     topics: tuple[OffsetFetchTopic, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetFetchResult:
+class OffsetFetchResult(Struct, frozen=True):
     """The answer to an OffsetFetch request: one entry per group asked for."""
 
     groups: tuple[OffsetFetchGroupResult, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetDeleteResult:
+class OffsetDeleteResult(Struct, frozen=True):
     """The answer to an OffsetDelete request: the group's error and each partition's."""
 
     error: ErrorCode
     topics: tuple[TopicErrors, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class DescribedMember:
+class DescribedMember(Struct, frozen=True):
     """One member of a DescribeGroups answer, with its metadata and assignment bytes."""
 
     member_id: str
@@ -281,8 +255,7 @@ class DescribedMember:
     assignment: bytes = b""
 
 
-@dataclass(frozen=True, slots=True)
-class DescribedGroup:
+class DescribedGroup(Struct, frozen=True):
     """One group of a DescribeGroups answer; ``protocol_data`` is the chosen protocol's name (when Stable)."""
 
     group_id: str
@@ -294,15 +267,13 @@ class DescribedGroup:
     members: tuple[DescribedMember, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class DescribeResult:
+class DescribeResult(Struct, frozen=True):
     """The answer to a DescribeGroups request: one entry per group asked for."""
 
     groups: tuple[DescribedGroup, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ListedGroup:
+class ListedGroup(Struct, frozen=True):
     """One group of a ListGroups answer, with its group type (classic, consumer or share)."""
 
     group_id: str
@@ -311,16 +282,14 @@ class ListedGroup:
     group_type: str = "classic"
 
 
-@dataclass(frozen=True, slots=True)
-class ListResult:
+class ListResult(Struct, frozen=True):
     """The answer to a ListGroups request."""
 
     error: ErrorCode
     groups: tuple[ListedGroup, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class DeleteGroupsResult:
+class DeleteGroupsResult(Struct, frozen=True):
     """The answer to a DeleteGroups request: each group id with its error."""
 
     results: tuple[tuple[str, ErrorCode], ...]
@@ -329,10 +298,10 @@ class DeleteGroupsResult:
 # ---------------------------------------------------------------------------- timer keys
 # One small named tuple per kind of timer; at most one timer is armed per key (arming
 # replaces).  ``sort_key`` orders timers that fall due at the same millisecond (the fake
-# clock's ``advance`` fires them in that order).  Named tuples rather than frozen dataclasses:
-# keys are hashed on every heartbeat, and a tuple hashes and compares in C.  The trailing
-# ``kind`` field (leave it at its default) keeps keys of different kinds with equal fields
-# apart (a JoinKey and a SyncKey of one group).
+# clock's ``advance`` fires them in that order).  Named tuples: keys are hashed on every
+# heartbeat, and a tuple hashes and compares in C.  The trailing ``kind`` field (leave it at
+# its default) keeps keys of different kinds with equal fields apart (a JoinKey and a SyncKey
+# of one group).
 
 
 class HeartbeatKey(NamedTuple):
@@ -395,31 +364,27 @@ TimerKey: TypeAlias = HeartbeatKey | JoinKey | SyncKey | RetentionKey | Consumer
 # -------------------------------------------------------------------------------- effects
 
 
-@dataclass(frozen=True, slots=True)
-class Respond:
+class Respond(Struct, frozen=True):
     """Release the request parked under ``token`` with ``result``."""
 
     token: int
     result: object
 
 
-@dataclass(frozen=True, slots=True)
-class ArmTimer:
+class ArmTimer(Struct, frozen=True):
     """(Re)arm the timer ``key`` to fire at ``deadline_ms`` (replaces an armed one)."""
 
     key: TimerKey
     deadline_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class CancelTimer:
+class CancelTimer(Struct, frozen=True):
     """Cancel the timer ``key`` (nothing to do when it is not armed)."""
 
     key: TimerKey
 
 
-@dataclass(frozen=True, slots=True)
-class Persist:
+class Persist(Struct, frozen=True):
     """Append ``records`` as one batch to ``__consumer_offsets`` partition ``partition``, then
     report back with ``GroupCoordinator.persist_done(persist_id, error, now_ms)``."""
 
@@ -430,8 +395,7 @@ class Persist:
     marker: bool | None = None  # a COMMIT (True) or ABORT (False) control batch of ``producer``
 
 
-@dataclass(frozen=True, slots=True)
-class Transition:
+class Transition(Struct, frozen=True):
     """A group changed state (the runtime logs one structured event per transition)."""
 
     group_id: str
@@ -444,16 +408,14 @@ class Transition:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Note:
+class Note(Struct, frozen=True):
     """Something worth a log line (member added/removed, group created/loaded, ...)."""
 
     event: str
     fields: dict[str, object] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class InternalError:
+class InternalError(Struct, frozen=True):
     """Handling an event raised: the coordinator answered what it had to and reloaded the
     groups involved (docs/groups.md, "Internal errors"); the runtime logs one error event."""
 

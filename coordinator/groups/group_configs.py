@@ -13,17 +13,17 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+
+from msgspec import Struct
 
 from ..config import Config, default
 
 FILE_NAME: Final = "group-configs.json"
 
 
-@dataclass(frozen=True)
-class GroupConfigDef:
+class GroupConfigDef(Struct, frozen=True):
     """One dynamic group config: its broker default, fallback, value check and DescribeConfigs type."""
 
     name: str

@@ -24,10 +24,10 @@ tombstone could not be written (docs/groups.md, "When a write fails").
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
+from msgspec import Struct, field
 from rallypoint.protocol.consumer_protocol import ConsumerProtocolError, decode_subscription_topics
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import OffsetCommitValue
@@ -82,8 +82,7 @@ class NoCommonProtocol(RuntimeError):
     """The vote found no protocol every member supports (Kafka's ``vote`` throws too)."""
 
 
-@dataclass(frozen=True, slots=True)
-class GroupConfig:
+class GroupConfig(Struct, frozen=True):
     """The coordinator settings; defaults from the settings table (coordinator/config.py)."""
 
     initial_rebalance_delay_ms: int = default("group.initial.rebalance.delay.ms")
@@ -146,8 +145,7 @@ def java_hash_map_order(keys: Iterable[str]) -> list[str]:
 # ------------------------------------------------------------------------------- members
 
 
-@dataclass(slots=True, eq=False)
-class Member:
+class Member(Struct, eq=False):
     """A classic group member (``ClassicGroupMember``)."""
 
     member_id: str
@@ -196,8 +194,7 @@ class Member:
 # --------------------------------------------------------------------------------- group
 
 
-@dataclass(slots=True, eq=False)
-class ClassicGroup:
+class ClassicGroup(Struct, eq=False):
     """One classic group (``ClassicGroup``).  Its committed offsets live in ``offsets.py``,
     which asks the group the questions below (``validate_offset_commit`` ...) and nothing else
     about it: any group type that answers them can use the offsets manager."""

@@ -14,9 +14,9 @@ them (KIP-848 consumer groups, later) can keep its offsets here too.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from msgspec import Struct
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.offsets_schema import OffsetCommitKey, OffsetCommitValue
 
@@ -92,8 +92,7 @@ def java_string_length(s: str) -> int:
     return len(s.encode("utf-16-le")) // 2
 
 
-@dataclass(slots=True)
-class _StableFetch:
+class _StableFetch(Struct):
     """A RequireStable OffsetFetch waiting for the writes that were pending when it came."""
 
     token: int

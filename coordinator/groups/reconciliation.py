@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Set
-from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TypeAlias
+
+from msgspec import Struct, field
 
 EpochAssignment: TypeAlias = dict[uuid.UUID, dict[int, int]]
 
@@ -31,8 +32,7 @@ class MemberState(IntEnum):
     UNKNOWN = 127
 
 
-@dataclass(frozen=True, slots=True)
-class MemberAssignment:
+class MemberAssignment(Struct, frozen=True):
     """A member's reconciliation state: epochs, state, assigned and pending partitions."""
 
     epoch: int

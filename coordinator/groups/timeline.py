@@ -21,9 +21,9 @@ be rebuilt from what is durable (docs/groups.md, "Internal errors").
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from msgspec import Struct, field
 from rallypoint.protocol.offsets_schema import GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
 
 from .persist import Key, Record
@@ -32,8 +32,7 @@ V = TypeVar("V")
 TopicPartition = tuple[str, int]
 
 
-@dataclass(slots=True)
-class _Versions(Generic[V]):
+class _Versions(Struct, Generic[V]):
     """One key's values: the last one the log acknowledged and those appended since, by write id."""
 
     committed: V | None = None

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from msgspec import Struct
 from rallypoint.protocol.errors import ErrorCode
 
 from ..broker import RequestContext
@@ -152,8 +152,7 @@ def commit_topics(ctx: RequestContext, topics: Iterable[Any], out: TopicErrorsBu
     return valid
 
 
-@dataclass(frozen=True, slots=True)
-class NamedTopic:
+class NamedTopic(Struct, frozen=True):
     """A v10 request topic (named by id) with its name resolved."""
 
     name: str

@@ -10,8 +10,9 @@ A listener is ``NAME://host:port``; its security protocol is the map's entry for
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Final
+
+from msgspec import Struct
 
 PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
@@ -25,8 +26,7 @@ class ListenerError(ValueError):
     pass
 
 
-@dataclass
-class Listener:
+class Listener(Struct):
     """One listener: its name, security protocol, bind address, what it advertises and the port it bound."""
 
     name: str

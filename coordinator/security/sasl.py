@@ -19,10 +19,10 @@ connection, from a SaslHandshake on: KIP-368 re-authentication) with ``now_ms``;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
+from msgspec import Struct
 from rallypoint.protocol import codec
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.framing import FrameError, parse_request_header, peek_api_key_version
@@ -57,8 +57,7 @@ class State(Enum):
     FAILED = "failed"
 
 
-@dataclass
-class Step:
+class Step(Struct):
     """What to do after a frame: the answer to send, whether to close or delegate, whether authentication is done."""
 
     answer: bytes = b""  # whole frame (size prefix included) to send, b"" = nothing

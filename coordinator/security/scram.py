@@ -15,8 +15,9 @@ import hmac
 import re
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
+
+from msgspec import Struct
 
 # mechanism -> (hashlib name, Kafka's ScramMechanism type id in the admin APIs)
 MECHANISMS: Final[dict[str, tuple[str, int]]] = {"SCRAM-SHA-256": ("sha256", 1), "SCRAM-SHA-512": ("sha512", 2)}
@@ -25,8 +26,7 @@ MIN_ITERATIONS: Final = 4096  # ScramMechanism.minIterations
 MAX_ITERATIONS: Final = 16384  # AlterUserScramCredentials' upper bound (ControllerApis/ScramControlManager)
 
 
-@dataclass(frozen=True)
-class ScramCredential:
+class ScramCredential(Struct, frozen=True):
     """One user's SCRAM credential for one mechanism: salt, StoredKey, ServerKey and iterations."""
 
     salt: bytes

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
+from msgspec import Struct, field
 from rallypoint.protocol import share_group_records as sgr
 from rallypoint.protocol.errors import ErrorCode
 
@@ -40,8 +40,7 @@ from . import assignor
 SessionTimer = tuple[str, str]  # (group id, member id)
 
 
-@dataclass(frozen=True, slots=True)
-class ShareHeartbeat:
+class ShareHeartbeat(Struct, frozen=True):
     """A ShareGroupHeartbeat request (API 76) as the machine sees it; ``None`` means unchanged."""
 
     group_id: str
@@ -53,8 +52,7 @@ class ShareHeartbeat:
     client_host: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class ShareHeartbeatResult:
+class ShareHeartbeatResult(Struct, frozen=True):
     """The answer to a ShareGroupHeartbeat; ``assignment`` None: not sent (unchanged)."""
 
     error: ErrorCode
@@ -65,16 +63,14 @@ class ShareHeartbeatResult:
     assignment: dict[uuid.UUID, frozenset[int]] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Timers:
+class Timers(Struct, frozen=True):
     """Session timers to (re)arm at a deadline, and to cancel."""
 
     arm: tuple[tuple[SessionTimer, int], ...] = ()
     cancel: tuple[SessionTimer, ...] = ()
 
 
-@dataclass
-class ShareMember:
+class ShareMember(Struct):
     """One member of a share group: its epochs, client, subscribed topic names and assignment."""
 
     member_id: str
@@ -87,8 +83,7 @@ class ShareMember:
     assignment: dict[uuid.UUID, frozenset[int]] = field(default_factory=dict)
 
 
-@dataclass
-class ShareGroup:
+class ShareGroup(Struct):
     """One share group: its epochs, members, target assignment and subscribed topics as last seen."""
 
     group_id: str
@@ -103,8 +98,7 @@ class ShareGroup:
         return "Stable" if self.members else "Empty"
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
+class Change(Struct, frozen=True):
     """One membership change the runtime logs (and the control plane shows)."""
 
     event: str

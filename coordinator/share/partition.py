@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from enum import IntEnum
 
+from msgspec import Struct
 from rallypoint.protocol.errors import ErrorCode
 
 
@@ -56,8 +56,7 @@ class AckType(IntEnum):
 TERMINAL = frozenset({RecordState.ACKNOWLEDGED, RecordState.ARCHIVED})
 
 
-@dataclass(frozen=True, slots=True)
-class LogBatch:
+class LogBatch(Struct, frozen=True):
     """What acquisition needs of one log batch: its offsets and whether it is skipped
     (a read_committed consumer never sees an aborted transaction's records)."""
 
@@ -66,8 +65,7 @@ class LogBatch:
     aborted: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Acquired:
+class Acquired(Struct, frozen=True):
     """One contiguous run of acquired offsets with one delivery count (``AcquiredRecords``)."""
 
     first_offset: int
@@ -75,8 +73,7 @@ class Acquired:
     delivery_count: int
 
 
-@dataclass(frozen=True, slots=True)
-class AckBatch:
+class AckBatch(Struct, frozen=True):
     """One ``AcknowledgementBatch``: one type for the whole range, or one per offset."""
 
     first_offset: int
@@ -87,8 +84,7 @@ class AckBatch:
         return self.types[0] if len(self.types) == 1 else self.types[offset - self.first_offset]
 
 
-@dataclass(frozen=True, slots=True)
-class StateBatch:
+class StateBatch(Struct, frozen=True):
     """A persisted run of offsets sharing a state and a delivery count."""
 
     first_offset: int

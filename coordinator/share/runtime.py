@@ -20,11 +20,11 @@ import heapq
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct, field
 from rallypoint.protocol import share_group_records as sgr
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.records import BatchHeader, parse_header, split_batches
@@ -62,8 +62,7 @@ def parse_duration_ms(text: str) -> int:
     return -total if m.group(1) == "-" else total
 
 
-@dataclass(frozen=True, slots=True)
-class ShareSettings:
+class ShareSettings(Struct, frozen=True):
     """The broker's ``group.share.*`` settings the runtime applies."""
 
     max_in_flight: int = 2000
@@ -81,8 +80,7 @@ class ShareSettings:
         )
 
 
-@dataclass
-class PartitionAnswer:
+class PartitionAnswer(Struct):
     """One partition of a ShareFetch/ShareAcknowledge answer."""
 
     error: ErrorCode = ErrorCode.NONE
@@ -93,8 +91,7 @@ class PartitionAnswer:
     acquired: list[Acquired] = field(default_factory=list)
 
 
-@dataclass
-class ShareAnswer:
+class ShareAnswer(Struct):
     """A ShareFetch or ShareAcknowledge answer: its error, the acquisition lock timeout, each partition's answer."""
 
     error: ErrorCode = ErrorCode.NONE

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
+from msgspec import Struct, field
 from rallypoint.protocol.errors import ErrorCode
 
 INITIAL_EPOCH = 0
@@ -33,8 +33,7 @@ SessionKey = tuple[str, str]  # (group id, member id)
 TopicIdPartition = tuple[uuid.UUID, int]
 
 
-@dataclass
-class ShareSession:
+class ShareSession(Struct):
     """One share session: its key, the epoch its next request must carry, its connection and partitions."""
 
     key: SessionKey

@@ -26,10 +26,10 @@ import json
 import os
 import struct
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from msgspec import Struct
 from rallypoint.protocol.crc import crc32c
 
 from ..logger import get as get_logger
@@ -44,8 +44,7 @@ REWRITE_MIN_BYTES = 1 << 20
 StateKey = tuple[str, uuid.UUID, int]  # (group id, topic id, partition)
 
 
-@dataclass(frozen=True, slots=True)
-class SavedState:
+class SavedState(Struct, frozen=True):
     """One share partition's durable state (Kafka's ``ShareSnapshotValue``): start offset and state batches."""
 
     start_offset: int

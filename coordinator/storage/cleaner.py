@@ -40,10 +40,10 @@ from __future__ import annotations
 import mmap
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from msgspec import Struct, field
 from rallypoint.protocol.offsets_schema import OffsetsSchemaError, UnknownKey, decode_key
 from rallypoint.protocol.records import Record, decode_records, encode_batch, scan_batches
 
@@ -56,8 +56,7 @@ class CleanerStopped(Exception):
     """The pass was asked to stop; nothing of the unfinished group was installed."""
 
 
-@dataclass
-class CleanResult:
+class CleanResult(Struct):
     """What one cleaner pass over a partition did: the segments it replaced, and its counts."""
 
     # (base offsets replaced, new segment or None when it came out empty), in offset order

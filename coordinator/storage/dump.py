@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import dataclasses
 import json
 import mmap
 import os
@@ -27,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from msgspec import Struct
 from rallypoint.protocol import consumer_group_records as cgr
 from rallypoint.protocol import share_group_records as sgr
 from rallypoint.protocol.consumer_group_records import is_consumer_record_type
@@ -156,11 +156,9 @@ def _camel(name: str) -> str:
 
 
 def _json_of(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    if isinstance(value, Struct):
         return {
-            _camel(f.name): _json_of(getattr(value, f.name))
-            for f in dataclasses.fields(value)
-            if f.name != "record_type"
+            _camel(name): _json_of(getattr(value, name)) for name in value.__struct_fields__ if name != "record_type"
         }
     if isinstance(value, tuple | list):
         return [_json_of(v) for v in value]

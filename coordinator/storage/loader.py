@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import mmap
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
+from msgspec import Struct, field
 from rallypoint.protocol.consumer_group_records import is_consumer_record_type
 from rallypoint.protocol.crc import crc32c
 from rallypoint.protocol.offsets_schema import (
@@ -44,8 +44,7 @@ from rallypoint.protocol.share_group_records import is_share_record_type
 from .segments import BatchScan
 
 
-@dataclass
-class PartitionState:
+class PartitionState(Struct):
     """What one ``__consumer_offsets`` partition holds once replayed."""
 
     groups: dict[str, GroupMetadataValue] = field(default_factory=dict)
@@ -89,7 +88,7 @@ class StateBuilder:
         # raw key -> (decoded key or an error message, its canonical bytes): an offset commit
         # key's canonical bytes are the key as written today (version 1, nothing after the
         # partition), one bytes object for every raw form of the key; the state below is keyed
-        # by them (a bytes object keeps its hash: a dataclass key hashes in Python every time)
+        # by them (a bytes object keeps its hash; a key object hashes its fields every time)
         self._keys: dict[bytes, tuple[OffsetCommitKey | GroupMetadataKey | UnknownKey | str, bytes]] = {}
         self._decoded: dict[bytes, OffsetCommitKey] = {}  # canonical bytes -> key
         self._groups: dict[str, bytes] = {}

@@ -43,11 +43,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
 from rallypoint.clock import Clock, SystemClock
 from rallypoint.config import Config, default
 from rallypoint.logger import get as get_logger
@@ -90,8 +90,7 @@ LOCK_FILE = "__consumer_offsets.lock"
 Loader = Callable[[int, Mapping[str, GroupMetadataValue], Mapping[OffsetCommitKey, OffsetCommitValue]], None]
 
 
-@dataclass
-class _Pending:
+class _Pending(Struct):
     """One append queued for a partition's writer: its encoded records, time and the future its caller awaits."""
 
     entries: list[tuple[bytes, bytes | None]]

@@ -9,9 +9,9 @@ groups runtime (docs/offsets-log-format.md, "Recovery at start-up").
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from msgspec import Struct, field
 from rallypoint.protocol.offsets_schema import (
     GroupMetadataKey,
     Key,
@@ -31,8 +31,7 @@ from .segments import (
 )
 
 
-@dataclass
-class PartitionReplay:
+class PartitionReplay(Struct):
     """One partition replayed: its segments, rebuilt state, repairs, size and where damage stopped it."""
 
     partition: int
@@ -78,8 +77,7 @@ def _replay(
     return PartitionReplay(partition, segments, builder.result(), report, sum(s.size for s in segments))
 
 
-@dataclass
-class Moves:
+class Moves(Struct):
     """Records to append so that every group lives in its own partition."""
 
     # partition → records of groups that belong there, found elsewhere

@@ -27,10 +27,10 @@ import mmap
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
+from msgspec import Struct, field
 from rallypoint.protocol.records import (
     LOG_OVERHEAD,
     CorruptBatchError,
@@ -122,8 +122,7 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-@dataclass
-class Segment:
+class Segment(Struct):
     """One segment file of a partition: base offset, path, valid size, next offset and batch count."""
 
     base_offset: int
@@ -133,8 +132,7 @@ class Segment:
     batches: int = 0
 
 
-@dataclass
-class RecoveryReport:
+class RecoveryReport(Struct):
     """What recovery repaired: truncated tails, finished cleaner swaps and removed leftovers."""
 
     truncated: list[tuple[Path, int, int, str]] = field(default_factory=list)  # path, position, bytes, why

@@ -22,8 +22,8 @@ compaction"):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+from msgspec import Struct, field
 from rallypoint.protocol.records import (
     ATTR_COMPRESSION_MASK,
     ATTR_DELETE_HORIZON,
@@ -40,8 +40,7 @@ from rallypoint.protocol.records import (
 NO_TIMESTAMP = -1
 
 
-@dataclass(slots=True)
-class Cleaned:
+class Cleaned(Struct):
     """What one pass produced: the batches that replace those handed in (in order), the offset
     of each one's record with the largest timestamp, and counts for the log."""
 

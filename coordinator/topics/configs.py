@@ -8,9 +8,9 @@ effective configs) so tools that set them work (docs/configs.md, "What takes eff
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from msgspec import Struct
 from rallypoint.protocol.errors import ErrorCode
 
 from .errors import TopicError
@@ -115,8 +115,7 @@ BROKER_DEFAULTS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class LogPolicy:
+class LogPolicy(Struct, frozen=True):
     """A topic's effective retention, segment and compaction settings (its dynamic configs over
     the broker's defaults): what its partitions' logs obey (docs/configs.md, "Retention and
     compaction")."""

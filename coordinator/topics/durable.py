@@ -24,9 +24,9 @@ import mmap
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from msgspec import Struct, field
 from rallypoint.protocol.records import RecordsError, read_header
 
 from ..logger import get as get_logger
@@ -68,8 +68,7 @@ def write_checkpoint(path: Path, entries: dict[tuple[str, int], int]) -> None:
     write_small_file(path, f"0\n{len(entries)}\n{body}")
 
 
-@dataclass
-class LoadReport:
+class LoadReport(Struct):
     """What loading the durable topic data found: counts, truncations, clean shutdown and time taken."""
 
     partitions: int = 0

@@ -22,9 +22,9 @@ import random
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec import Struct, field
 from rallypoint.protocol.errors import ErrorCode
 
 INVALID_SESSION_ID = 0
@@ -49,8 +49,7 @@ def next_epoch(epoch: int) -> int:
     return epoch + 1
 
 
-@dataclass
-class PartitionRequest:
+class PartitionRequest(Struct):
     """What a fetch asks of one partition (request fields, or the session's cached copy)."""
 
     topic: str | None  # None: topic id unknown to this broker
@@ -71,8 +70,7 @@ class PartitionRequest:
             self.topic = req.topic
 
 
-@dataclass
-class FetchSession:
+class FetchSession(Struct):
     """One incremental fetch session: its id, the epoch its next request must carry, and its partitions."""
 
     id: int
@@ -83,8 +81,7 @@ class FetchSession:
     partitions: OrderedDict[Key, PartitionRequest] = field(default_factory=OrderedDict)
 
 
-@dataclass
-class FetchContext:
+class FetchContext(Struct):
     """What to fetch and how to shape the response."""
 
     kind: str  # "error" | "sessionless" | "full" | "incremental"

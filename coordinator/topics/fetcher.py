@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from msgspec import Struct
 from rallypoint.protocol.errors import ErrorCode
 
 from .partition import LEADER_EPOCH, OffsetOutOfRange, PartitionLog
@@ -29,8 +29,7 @@ from .partition import LEADER_EPOCH, OffsetOutOfRange, PartitionLog
 BROKER_FETCH_MAX_BYTES = 57671680
 
 
-@dataclass
-class ReadSpec:
+class ReadSpec(Struct):
     """One partition to read: its log (None if unknown) and the request's parameters."""
 
     log: PartitionLog | None

@@ -24,8 +24,8 @@ Producer-state checks (duplicates, epochs, sequences) come after, in ``Partition
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
+from msgspec import Struct
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.records import (
     COMPRESSION_NAMES,
@@ -68,8 +68,7 @@ class BatchError(Exception):
         self.record_errors = record_errors
 
 
-@dataclass(frozen=True, slots=True)
-class Checked:
+class Checked(Struct, frozen=True):
     """What walking a batch's records found: its real largest timestamp and that record's offset
     delta (Kafka stores the batch with this maxTimestamp, whatever the producer wrote)."""
 

@@ -31,9 +31,9 @@ import itertools
 import mmap
 from array import array
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
+from msgspec import Struct
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.records import (
     CONTROL_COMMIT,
@@ -66,8 +66,7 @@ def _ints(values: Iterable[int] = ()) -> array[int]:
     return array("q", values)
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(Struct, frozen=True):
     """Where an append went; ``duplicate``: an idempotent retry, answered with the original offsets."""
 
     base_offset: int
@@ -75,8 +74,7 @@ class AppendResult:
     duplicate: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class ReadResult:
+class ReadResult(Struct, frozen=True):
     """Records read from a partition, with its high watermark and log start offset."""
 
     records: bytes
@@ -88,8 +86,7 @@ class OffsetOutOfRange(Exception):
     pass
 
 
-@dataclass(frozen=True, slots=True)
-class CleanJob:
+class CleanJob(Struct, frozen=True):
     """One compaction pass's input (:meth:`PartitionLog.clean_job`)."""
 
     version: int  # the log's layout version when the job was made (apply_clean checks it)

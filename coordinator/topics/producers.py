@@ -17,8 +17,8 @@ Rules, from storage/.../log/ProducerAppendInfo.java and ProducerStateEntry.java:
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 
+from msgspec import Struct, field
 from rallypoint.protocol.errors import ErrorCode
 from rallypoint.protocol.records import INT32_MAX, NO_SEQUENCE, BatchHeader, decrement_sequence
 
@@ -28,8 +28,7 @@ NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_EPOCH = -1
 
 
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
+class BatchMetadata(Struct, frozen=True):
     """One of a producer's last batches (Kafka's ``BatchMetadata``): last sequence and offset, delta, time."""
 
     last_seq: int
@@ -46,8 +45,7 @@ class BatchMetadata:
         return self.last_offset - self.offset_delta
 
 
-@dataclass
-class ProducerEntry:
+class ProducerEntry(Struct):
     """One producer id's state in a partition (Kafka's ``ProducerStateEntry``)."""
 
     producer_id: int

@@ -21,8 +21,9 @@ import os
 import shutil
 import threading
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from ..storage.segments import CLEANED_SUFFIX, fsync_dir, segment_name, swap_name
 
@@ -73,8 +74,7 @@ def write_small_file(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-@dataclass(slots=True)
-class SegmentFile:
+class SegmentFile(Struct):
     """One open segment file: base offset, path, file descriptor and its range of global positions."""
 
     base_offset: int

@@ -27,9 +27,9 @@ import copy
 import enum
 import functools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Final, TypeAlias
 
+from msgspec import Struct, field
 from rallypoint.protocol.errors import ErrorCode
 
 E = ErrorCode
@@ -65,8 +65,7 @@ _COMPLETE: Final = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_
 _PREPARE: Final = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 
 
-@dataclass(frozen=True, slots=True)
-class TxnConfig:
+class TxnConfig(Struct, frozen=True):
     """Kafka's broker settings (docs/transactions.md, "Configuration")."""
 
     max_timeout_ms: int = 900000  # transaction.max.timeout.ms
@@ -75,8 +74,7 @@ class TxnConfig:
     max_ids: int = 10000  # rallypoint.max.transactional.ids (docs/reliability.md, "Limits")
 
 
-@dataclass(slots=True)
-class TxnMetadata:
+class TxnMetadata(Struct):
     """One transactional id's state (Kafka's ``TransactionMetadata``); :meth:`to_json` is what is saved."""
 
     transactional_id: str
@@ -121,23 +119,20 @@ class TxnMetadata:
 # ----------------------------------------------------------------------------- effects
 
 
-@dataclass(frozen=True, slots=True)
-class Respond:
+class Respond(Struct, frozen=True):
     """Release the request parked under ``token`` with ``result``."""
 
     token: int
     result: object
 
 
-@dataclass(frozen=True, slots=True)
-class Persist:
+class Persist(Struct, frozen=True):
     """Save the coordinator's state (every transactional id), then report with :meth:`TxnMachine.persisted`."""
 
     write_id: int
 
 
-@dataclass(frozen=True, slots=True)
-class WriteMarkers:
+class WriteMarkers(Struct, frozen=True):
     """Write a COMMIT or ABORT marker with this producer id and epoch to every partition, then
     report with :meth:`TxnMachine.markers_written`."""
 
@@ -148,8 +143,7 @@ class WriteMarkers:
     partitions: frozenset[TopicPartition]
 
 
-@dataclass(frozen=True, slots=True)
-class Note:
+class Note(Struct, frozen=True):
     """Something worth a log line (a state change, a fenced producer)."""
 
     event: str
@@ -159,8 +153,7 @@ class Note:
 Effect: TypeAlias = Respond | Persist | WriteMarkers | Note
 
 
-@dataclass(frozen=True, slots=True)
-class InitResult:
+class InitResult(Struct, frozen=True):
     """The answer to an InitProducerId request: an error, or the producer id and epoch."""
 
     error: ErrorCode
@@ -168,8 +161,7 @@ class InitResult:
     producer_epoch: int = NO_EPOCH
 
 
-@dataclass(slots=True)
-class _Write:
+class _Write(Struct):
     """A transition being saved: the state before it, the answer either way, and what follows success."""
 
     txn_id: str
