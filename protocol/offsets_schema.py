@@ -24,8 +24,13 @@ from .wire import I32 as _I32
 from .wire import I64 as _I64
 from .wire import Reader, Writer
 
+# Keys and values hold only strings, numbers, bytes, uuids and tuples of one another, so they
+# are never part of a reference cycle and the garbage collector need not track them
+# (``gc=False``): 16 bytes less each, and far fewer objects for a collection to walk in a broker
+# holding many groups and offsets.
 
-class OffsetCommitKey(Struct, frozen=True):
+
+class OffsetCommitKey(Struct, frozen=True, gc=False):
     """Kafka's ``OffsetCommitKey`` (key version 0 or 1): group, topic and partition."""
 
     group: str
@@ -33,7 +38,7 @@ class OffsetCommitKey(Struct, frozen=True):
     partition: int
 
 
-class OffsetCommitValue(Struct, frozen=True):
+class OffsetCommitValue(Struct, frozen=True, gc=False):
     """Kafka's ``OffsetCommitValue``: a committed offset, its metadata, timestamps and topic id."""
 
     offset: int
@@ -46,13 +51,13 @@ class OffsetCommitValue(Struct, frozen=True):
     topic_id: uuid.UUID | None = None
 
 
-class GroupMetadataKey(Struct, frozen=True):
+class GroupMetadataKey(Struct, frozen=True, gc=False):
     """Kafka's ``GroupMetadataKey`` (key version 2): the group."""
 
     group: str
 
 
-class MemberMetadata(Struct, frozen=True):
+class MemberMetadata(Struct, frozen=True, gc=False):
     """One member of a classic group in a ``GroupMetadataValue`` (Kafka's ``MemberMetadata``)."""
 
     member_id: str
@@ -65,7 +70,7 @@ class MemberMetadata(Struct, frozen=True):
     assignment: bytes
 
 
-class GroupMetadataValue(Struct, frozen=True):
+class GroupMetadataValue(Struct, frozen=True, gc=False):
     """Kafka's ``GroupMetadataValue``: a classic group's protocol, generation, leader and members."""
 
     protocol_type: str  # "" for a simple / empty group
@@ -133,7 +138,7 @@ class OffsetsSchemaError(ValueError):
     """Bytes that are not a valid key or value of the versions we know."""
 
 
-class UnknownKey(Struct, frozen=True):
+class UnknownKey(Struct, frozen=True, gc=False):
     """A key whose version is not an offset commit (0-1) or group metadata (2) key: KIP-848 and
     share-group records (3-15) or newer.  Readers skip these records, as Kafka's Scala loader
     does (``UnknownKey``, GroupMetadataManager.scala)."""

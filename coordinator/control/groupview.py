@@ -40,6 +40,18 @@ TRANSITIONS_KEPT: Final = 50  # per group
 GROUPS_TRACKED: Final = 10000  # groups whose transitions are remembered (least recent dropped)
 RECHECK_S: Final = 0.5  # a wait re-reads the group at least this often
 
+# One remembered transition: (time_ms, from, to, reason, generation).  Kept as a tuple, made a
+# JSON object only when a view is read: a broker with many groups remembers some of each.
+_Transition = tuple[int, str, str, str, int]
+
+
+def _transitions_json(ring: list[_Transition] | None) -> list[dict[str, Any]]:
+    return [
+        {"time_ms": t, "from": frm, "to": to, "reason": reason, "generation": gen}
+        for t, frm, to, reason, gen in ring or ()
+    ]
+
+
 GROUP_STATES: Final = {
     s.lower(): s
     for s in (
@@ -79,7 +91,7 @@ class GroupTracker:
     def __init__(self, broker: Broker, events: EventHub) -> None:
         self.broker = broker
         self.events = events
-        self._transitions: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
+        self._transitions: OrderedDict[str, list[_Transition]] = OrderedDict()
         self._generation: dict[str, int] = {}
         self._leader: dict[str, str | None] = {}
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
@@ -107,14 +119,7 @@ class GroupTracker:
                 self._forget(old)
         else:
             self._transitions.move_to_end(gid)
-        entry = {
-            "time_ms": now,
-            "from": e.from_state,
-            "to": e.to_state,
-            "reason": e.reason,
-            "generation": e.generation,
-        }
-        ring.append(entry)
+        ring.append((now, e.from_state, e.to_state, e.reason, e.generation))
         if len(ring) > TRANSITIONS_KEPT:
             del ring[0]
         self._generation[gid] = e.generation
@@ -337,7 +342,7 @@ class GroupTracker:
                 "leader": self._leader.get(gid) if members else None,
                 "members": members,
                 "offsets": offsets,
-                "transitions": list(self._transitions.get(gid, ())),
+                "transitions": _transitions_json(self._transitions.get(gid)),
             }
         )
         return view
@@ -383,7 +388,7 @@ class GroupTracker:
             "leader": None,
             "members": members,
             "offsets": await self._offsets(gid),
-            "transitions": list(self._transitions.get(gid, ())),
+            "transitions": _transitions_json(self._transitions.get(gid)),
         }
 
     def _share_view(self, share: ShareGroupsRuntime, gid: str) -> dict[str, Any] | None:
@@ -445,7 +450,7 @@ class GroupTracker:
             "members": members,
             "offsets": [],
             "share_partitions": partitions,
-            "transitions": list(self._transitions.get(gid, ())),
+            "transitions": _transitions_json(self._transitions.get(gid)),
         }
 
     async def _offsets(self, gid: str) -> list[dict[str, Any]]:

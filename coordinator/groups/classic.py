@@ -34,7 +34,7 @@ from .events import (
     SyncRequest,
     SyncResult,
 )
-from .model import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, ClassicGroup, Member
+from .model import COMPLETING, DEAD, EMPTY, PREPARING, STABLE, ClassicGroup, Member, discard
 from .persist import response_error
 from .registry import GroupRegistry
 
@@ -519,7 +519,7 @@ class ClassicGroups:
         self.ctx.cancel(SyncKey(group.group_id))
 
     def _remove_pending_sync_member(self, group: ClassicGroup, member_id: str) -> None:
-        group.pending_sync.discard(member_id)
+        discard(group.pending_sync, member_id)
         if group.state in (DEAD, EMPTY, PREPARING) or not group.pending_sync:
             self.ctx.cancel(SyncKey(group.group_id))
 
@@ -720,7 +720,7 @@ class ClassicGroups:
         if group.state == DEAD:
             return
         if member_id in group.pending_members:
-            group.pending_members.discard(member_id)
+            discard(group.pending_members, member_id)
             self.ctx.note("pending member expired", group=group.group_id, member=member_id)
             if group.state == PREPARING and group.has_all_members_joined():
                 self._complete_join_phase(group)

@@ -69,8 +69,9 @@ class Context:
 
     def arm(self, key: TimerKey, delay_ms: int) -> None:
         deadline = self.now + max(0, delay_ms)
+        previous = self.timers.get(key)
         self.timers[key] = deadline
-        self._fx.append(ArmTimer(key, deadline))
+        self._fx.append(ArmTimer(key, deadline, previous))
 
     def cancel(self, key: TimerKey) -> None:
         if self.timers.pop(key, None) is not None:

@@ -444,6 +444,12 @@ class GroupCoordinator:
     def armed_timers(self) -> dict[TimerKey, int]:
         return dict(self.ctx.timers)
 
+    @property
+    def deadlines(self) -> Mapping[TimerKey, int]:
+        """The armed timers' deadlines, live and read-only: the runtime schedules by them (it
+        keeps no copy: a Stable group's members each hold a session timer)."""
+        return self.ctx.timers
+
     # ---------------------------------------------------------------------- writes
 
     def persist_done(self, persist_id: int, error: ErrorCode | None, now_ms: int) -> list[Effect]:

@@ -23,7 +23,7 @@ NONE = ErrorCode.NONE
 # ------------------------------------------------------------------------------- requests
 
 
-class Protocol(Struct, frozen=True):
+class Protocol(Struct, frozen=True, gc=False):  # a name and bytes: untracked by the collector
     """One (name, metadata) entry of a JoinGroup request; metadata is relayed byte-exact."""
 
     name: str
@@ -372,10 +372,12 @@ class Respond(Struct, frozen=True):
 
 
 class ArmTimer(Struct, frozen=True):
-    """(Re)arm the timer ``key`` to fire at ``deadline_ms`` (replaces an armed one)."""
+    """(Re)arm the timer ``key`` to fire at ``deadline_ms`` (replaces an armed one, whose
+    deadline was ``previous_ms``; None: none was armed)."""
 
     key: TimerKey
     deadline_ms: int
+    previous_ms: int | None = None
 
 
 class CancelTimer(Struct, frozen=True):

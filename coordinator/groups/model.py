@@ -145,7 +145,7 @@ def java_hash_map_order(keys: Iterable[str]) -> list[str]:
 # ------------------------------------------------------------------------------- members
 
 
-class Member(Struct, eq=False):
+class Member(Struct, eq=False, gc=False):  # untracked by the collector: no field refers back
     """A classic group member (``ClassicGroupMember``)."""
 
     member_id: str
@@ -192,6 +192,32 @@ class Member(Struct, eq=False):
 
 
 # --------------------------------------------------------------------------------- group
+
+
+def discard(ids: set[str], member_id: str) -> None:
+    """``ids.discard(member_id)``, and the set's table given back once it is empty: a set keeps
+    the table it grew to (some 500 bytes for a group of ten) until it is cleared."""
+    ids.discard(member_id)
+    if not ids:
+        ids.clear()
+
+
+_NO_TOPICS: frozenset[str] = frozenset()
+_SUBSCRIBED: dict[frozenset[str], frozenset[str]] = {}  # one object per distinct set of topics
+_SUBSCRIBED_MAX = 4096
+
+
+def _shared(topics: frozenset[str]) -> frozenset[str]:
+    """An equal set already held by another group, if any: groups of one application subscribe
+    to the same topics, and each frozenset is some 200 bytes."""
+    if not topics:
+        return _NO_TOPICS
+    held = _SUBSCRIBED.get(topics)
+    if held is None:
+        if len(_SUBSCRIBED) >= _SUBSCRIBED_MAX:
+            _SUBSCRIBED.clear()  # bounded: only sharing is lost
+        held = _SUBSCRIBED[topics] = topics
+    return held
 
 
 class ClassicGroup(Struct, eq=False):
@@ -259,7 +285,7 @@ class ClassicGroup(Struct, eq=False):
         member.join_token = join_token
         if join_token is not None:
             self.num_awaiting_join += 1
-        self.pending_members.discard(member.member_id)
+        discard(self.pending_members, member.member_id)
 
     def remove(self, member_id: str) -> None:
         """``ClassicGroup.remove``: the leader passes to the first remaining member.  The
@@ -272,8 +298,8 @@ class ClassicGroup(Struct, eq=False):
                 del self.static_members[member.group_instance_id]
         if self.is_leader(member_id):
             self.leader_id = next(iter(self.members), None)
-        self.pending_members.discard(member_id)
-        self.pending_sync.discard(member_id)
+        discard(self.pending_members, member_id)
+        discard(self.pending_sync, member_id)
 
     def update_member(
         self,
@@ -399,7 +425,7 @@ class ClassicGroup(Struct, eq=False):
         if self.protocol_type is None or self.protocol_type != CONSUMER_PROTOCOL_TYPE:
             return None
         if not self.members:
-            return frozenset()
+            return _NO_TOPICS
         if self.protocol_name is None:
             return None
         topics: set[str] = set()
@@ -408,7 +434,7 @@ class ClassicGroup(Struct, eq=False):
                 topics.update(decode_subscription_topics(m.metadata(self.protocol_name)))
             except ConsumerProtocolError:
                 return None
-        return frozenset(topics)
+        return _shared(frozenset(topics))
 
     def current_members(self) -> tuple[JoinMember, ...]:
         """The leader's member list: every member with its metadata for the chosen protocol."""

@@ -99,12 +99,12 @@ class GroupsRuntime:
         # once (most do): no future is made for it (the heartbeat path, docs/BENCHMARKS.md).
         self._calling: int | None = None
         self._answer: Any = _NO_ANSWER
-        # Timers (docs/groups.md, "Timers"): the latest armed deadline per key (wall-clock ms,
-        # like the machine's), and a heap of (deadline, key) with one event-loop
+        # Timers (docs/groups.md, "Timers"): a heap of (deadline, key) with one event-loop
         # handle for its earliest entry -- not one handle per member: a Stable group's members
-        # each hold a session timer, and a loop handle costs some 400 bytes.  An entry whose
-        # key was re-armed later, or cancelled, is dealt with when it comes due.
-        self._timers: dict[TimerKey, int] = {}
+        # each hold a session timer, and a loop handle costs some 400 bytes.  The machine's
+        # armed deadlines (``machine.deadlines``, wall-clock ms) are the truth: an entry whose key
+        # was re-armed later, or cancelled, is dealt with when it comes due.  Every armed key
+        # has an entry at or before its deadline.
         # keys are named tuples of strings: entries with equal deadlines order by key
         self._heap: list[tuple[int, TimerKey]] = []
         self._wake: asyncio.TimerHandle | None = None
@@ -144,7 +144,6 @@ class GroupsRuntime:
         if self._wake is not None:
             self._wake.cancel()
             self._wake = None
-        self._timers.clear()
         self._heap.clear()
 
     # --------------------------------------------------- loading (offsets-log side)
@@ -274,9 +273,9 @@ class GroupsRuntime:
                 if fut is not None and not fut.done():
                     fut.set_result(e.result)
             elif isinstance(e, ArmTimer):
-                self._arm(e.key, e.deadline_ms)
+                self._arm(e.key, e.deadline_ms, e.previous_ms)
             elif isinstance(e, CancelTimer):
-                self._timers.pop(e.key, None)  # its heap entry is skipped when it comes due
+                pass  # its heap entry is skipped when it comes due
             elif isinstance(e, Persist):
                 offsets_log = self.offsets_log
                 if offsets_log is None or self._loop is None:
@@ -352,18 +351,16 @@ class GroupsRuntime:
 
     # ---------------------------------------------------------------------- timers
 
-    def _arm(self, key: TimerKey, deadline: int) -> None:
-        before = self._timers.get(key)
-        self._timers[key] = deadline
-        if before is not None and deadline >= before:
+    def _arm(self, key: TimerKey, deadline: int, previous: int | None) -> None:
+        if previous is not None and deadline >= previous:
             return  # a later deadline (a heartbeat): the entry due first finds it and moves on
         heapq.heappush(self._heap, (deadline, key))
-        if len(self._heap) > 2 * len(self._timers) + 64:
+        if len(self._heap) > 2 * len(self.machine.deadlines) + 64:
             self._rebuild_heap()  # mostly entries of cancelled timers
         self._rewake()
 
     def _rebuild_heap(self) -> None:
-        self._heap = [(d, k) for k, d in self._timers.items()]
+        self._heap = [(d, k) for k, d in self.machine.deadlines.items()]
         heapq.heapify(self._heap)
 
     def _rewake(self) -> None:
@@ -386,7 +383,7 @@ class GroupsRuntime:
     def _on_wake(self) -> None:
         self._wake = None
         now = self.clock.now_ms()
-        heap, timers = self._heap, self._timers
+        heap, timers = self._heap, self.machine.deadlines
         due: list[TimerKey] = []
         seen: set[TimerKey] = set()
         while heap and heap[0][0] <= now:
@@ -409,7 +406,7 @@ class GroupsRuntime:
 
     def _expire(self, keys: list[TimerKey]) -> None:
         for key in keys:
-            deadline = self._timers.get(key)
+            deadline = self.machine.deadlines.get(key)
             if deadline is None:
                 continue  # cancelled meanwhile
             now = self.clock.now_ms()
@@ -417,7 +414,6 @@ class GroupsRuntime:
                 heapq.heappush(self._heap, (deadline, key))
                 self._rewake()
                 continue
-            del self._timers[key]
             self._guarded(f"timer {key.kind}", partial(self.machine.timer_fired, key, now))
 
     # ------------------------------------------------------------------ guards
@@ -467,18 +463,11 @@ class GroupsRuntime:
         now = self.clock.now_ms()
         if expire_member is not None:
             key: TimerKey = HeartbeatKey(expire_member[0], expire_member[1])
-            if key not in self.machine.armed_timers():
+            if key not in self.machine.deadlines:
                 return False
             self.machine.ctx.timers[key] = now  # the member's session deadline is now
         self._guarded("advance", lambda: self.machine.advance(now))
-        armed = self.machine.armed_timers()
-        for key in list(self._timers):
-            deadline = armed.get(key)
-            if deadline is None:  # fired (or cancelled) inside the machine
-                del self._timers[key]
-            else:
-                self._timers[key] = deadline
-        self._rebuild_heap()
+        self._rebuild_heap()  # the machine fired what was due and may have armed new timers
         if self._wake is not None:
             self._wake.cancel()
             self._wake = None

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Generic, TypeVar
 
-from msgspec import Struct, field
+from msgspec import Struct
 from rallypoint.protocol.offsets_schema import GroupMetadataValue, OffsetCommitKey, OffsetCommitValue
 
 from .persist import Key, Record
@@ -32,12 +32,19 @@ V = TypeVar("V")
 TopicPartition = tuple[str, int]
 
 
-class _Versions(Struct, Generic[V]):
-    """One key's values: the last one the log acknowledged and those appended since, by write id."""
+class _Versions(Struct, Generic[V], gc=False):
+    """One key's values: the last one the log acknowledged and those appended since, by write id.
+
+    One per committed partition and per group, so kept small: ``pending`` is a tuple (the empty
+    one is shared; rarely more than one write is in flight per key), and the collector does not
+    track it (values and tuples of them never refer back to it)."""
 
     committed: V | None = None
     committed_by: int = 0  # id of the write that committed it (0: loaded)
-    pending: list[tuple[int, V | None]] = field(default_factory=list)  # (write id, value), append order
+    pending: tuple[tuple[int, V | None], ...] = ()  # (write id, value), append order
+
+    def append(self, write_id: int, value: V | None) -> None:
+        self.pending = (*self.pending, (write_id, value))
 
     def current(self) -> V | None:
         return self.pending[-1][1] if self.pending else self.committed
@@ -46,7 +53,7 @@ class _Versions(Struct, Generic[V]):
         mine = [v for w, v in self.pending if w == write_id]
         if not mine:
             return
-        self.pending = [(w, v) for w, v in self.pending if w != write_id]
+        self.pending = tuple((w, v) for w, v in self.pending if w != write_id)
         if ok and write_id >= self.committed_by:
             self.committed = mine[-1]
             self.committed_by = write_id
@@ -69,10 +76,10 @@ class Timeline:
             if isinstance(key, OffsetCommitKey):
                 assert value is None or isinstance(value, OffsetCommitValue)
                 by_tp = self._offsets.setdefault(key.group, {})
-                by_tp.setdefault((key.topic, key.partition), _Versions()).pending.append((write_id, value))
+                by_tp.setdefault((key.topic, key.partition), _Versions()).append(write_id, value)
             else:
                 assert value is None or isinstance(value, GroupMetadataValue)
-                self._groups.setdefault(key.group, _Versions()).pending.append((write_id, value))
+                self._groups.setdefault(key.group, _Versions()).append(write_id, value)
             keys.append(key)
         self._writes[write_id] = keys
 
