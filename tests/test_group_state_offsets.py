@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from rallypoint.groups.events import DeleteGroupsResult, OffsetDeleteRequest
 from rallypoint.groups.model import GroupConfig, GroupState
@@ -386,3 +388,16 @@ def test_coordinator_partition_is_kafkas_hash() -> None:
     x = h()
     x.commit("hello", {("t", 0): 1})
     assert x.m.groups["hello"].partition == 22 and x.persisted[-1].partition == 22
+
+
+def test_groups_with_one_subscription_share_it_and_synced_groups_keep_no_grown_sets() -> None:
+    """Memory per member (docs/BENCHMARKS.md, item 22): equal subscribed-topic sets are one
+    object, and a Stable group's emptied pending sets hold no table grown for its members."""
+    h = Harness()
+    for g in ("a", "b"):
+        h.stable_group(10, g)
+    a, b = h.m.groups["a"], h.m.groups["b"]
+    assert a.subscribed_topics == frozenset({"topic"}) and a.subscribed_topics is b.subscribed_topics
+    assert not a.pending_members and not a.pending_sync
+    assert sys.getsizeof(a.pending_sync) == sys.getsizeof(set())  # cleared once empty
+    assert sys.getsizeof(a.pending_members) == sys.getsizeof(set())
