@@ -26,10 +26,10 @@ log = get_logger("rallypoint.control")
 MAX_HEAD_BYTES: Final = 64 * 1024
 MAX_BODY_BYTES: Final = 1024 * 1024
 READ_CHUNK: Final = 64 * 1024
-IDLE_TIMEOUT_S: Final = 300.0
+IDLE_TIMEOUT_S: Final = 300.0  # a kept-alive connection with no request for this long is closed
 STOP_GRACE_S: Final = 0.2
 LINGER_S: Final = 1.0  # after an error answer, input is drained this long (and LINGER_BYTES) before closing
-LINGER_BYTES: Final = 4 * 1024 * 1024  # a kept-alive connection with no request for this long is closed
+LINGER_BYTES: Final = 4 * 1024 * 1024  # at most this much input is drained after an error answer
 
 REASONS: Final = {
     200: b"OK",

@@ -4,7 +4,7 @@
 batches exactly as they are served (base offset and leader epoch patched in, as Kafka's log
 holds them), ``partition.metadata`` (the topic id, Kafka's format) and
 ``leader-epoch-checkpoint``.  The names and the cleaner's swap protocol are the offsets log's
-(:mod:`rallypoint.coordinator.storage.segments`); so is the batch codec.  Kafka's ``.index`` /
+(:mod:`rallypoint.storage.segments`); so is the batch codec.  Kafka's ``.index`` /
 ``.timeindex`` files are not written: the per-batch index is rebuilt in memory when the partition
 is loaded (docs/data-plane.md, "Durable topic data").
 
