@@ -231,14 +231,49 @@ changed (before/after figures are the side-by-side rows of this document's histo
    canonical bytes (a bytes object keeps its hash), and a transactional batch of offset commits
    only no longer ends a run (its commits are staged until the marker, which folds first). One
    partition, same process: 25 → 34 MiB/s; the pipeline section's replay row 16.7 → 20.7 MiB/s.
+21. **Record, event and state classes are msgspec Structs** (every module under `coordinator/`
+   and `protocol/`; `pyproject.toml`; `tests/test_startup_imports.py`). Python 3.11's
+   `dataclasses` compiles each generated method with an `exec` of its own, and computes
+   `inspect.signature` for the `__doc__` of a class without a docstring: about 1 ms a class here
+   (0.16 ms of it the signature). The broker defined 160 at start-up, 190 of the 348 ms its
+   imports took (timed by wrapping `dataclasses._process_class`). A Struct is defined in C
+   (about 25 µs) with the same fields, defaults, equality, hashing when frozen, repr and
+   `__match_args__`, and its instances are made in C (a frozen dataclass's `__init__` sets each
+   field through `object.__setattr__`). Every dataclass first got a docstring, then all but
+   two (kept for `field(repr=False)`) became Structs. Imports: 348 → 123 ms. Start-up to first
+   answer, same hour, interleaved with the code before (10 runs each, twice): 506 → 366 ms and
+   449 → 250 ms medians, while the machine ran slow; two runs of the start-up section gave
+   304 and 233 ms. In-process, 20,000 OffsetCommits through handler, group machine and offsets
+   log: 55--64 → 41 µs each. The classic coordinator alone, 1,000 members, interleaved: first
+   generation 36 → 25 and 49 → 37 ms, rebalance 42 → 28 and 47 → 42 ms. A test fails when
+   start-up defines a dataclass that is not listed with its reason. Measured and left: loading
+   the KIP-848, share-group and transaction machines only when first used would save at most
+   about 60 ms more (an upper bound with them removed), for wiring that differs by feature.
+22. **Memory per member, again** (`coordinator/groups/runtime.py`, `model.py`, `timeline.py`,
+   `protocol/offsets_schema.py`, `coordinator/control/groupview.py`): RSS of a broker filled
+   with 4,000 groups of 10, control plane on as in the memory section, one change at a time:
+   the runtime kept its own copy of every armed deadline, a dict entry per member; it now reads
+   the coordinator's, each `ArmTimer` carrying the deadline it replaces (−70 B). Record keys and
+   values, members and their protocols are never in a reference cycle and are no longer tracked
+   by the garbage collector (`gc=False`: −50 B). A group's pending-join and pending-sync sets
+   kept the table they grew to (some 500 bytes a group) after emptying, and each group held its
+   own equal set of subscribed topics; emptied sets are cleared and equal topic sets shared
+   (−95 B). The control plane keeps a group's transitions as tuples, not dicts (−41 B). 1,498 →
+   1,253 bytes per member at 40,000 members; the memory section: 1,360 → 1,163. With the
+   control plane off the same broker holds 1,079 bytes a member: its request log (10,000
+   entries, bounded) and each group's last transitions are the difference. tracemalloc puts
+   the coordinator's own objects at about 860 bytes a member (the member and its id, its
+   session timer's key, deadline and heap entry, the durable group record's copy of it, its
+   assignment); the rest of the RSS is the allocator's, blocks left partly used by the
+   requests that built the groups.
 
 ## Where the targets stand, and what limits them
 
 The side-by-side hot-path table is the yardstick (librdkafka's C mock in the same run). At one
 connection with one request in flight rallypoint is at 0.4–0.7× the mock for requests that do
-little work (ApiVersions, Metadata, Heartbeat) and at 0.5× or more for ApiVersions at 4×8;
-with many connections the mock, a C loop, answers 120k–190k requests/s, and the gap widens to
-0.06–0.3× for the group requests. What limits rallypoint is CPU on one event loop, not I/O:
+little work (ApiVersions, Metadata, Heartbeat; the spread is between runs) and at 0.4–0.5× for
+ApiVersions at 4×8; with many connections the mock, a C loop, answers 100k–190k requests/s,
+and the gap widens to 0.06–0.3× for the group requests. What limits rallypoint is CPU on one event loop, not I/O:
 under every concurrent row the broker process sits at 100 % of one core while the load
 generator has the other. Measured per request (py-spy and cProfile, 4 connections × 8 in
 flight, after the changes above):
@@ -249,7 +284,8 @@ flight, after the changes above):
   what one CPython event loop spends on a request that does nothing.
 - **Heartbeat** (Stable group): about 33 µs; on top of that path, the classic group machine
   (generation and member checks, the session deadline) and its effects.
-- **OffsetCommit** (`flush=never`): about 110 µs. The group runtime and machine with the
+- **OffsetCommit** (`flush=never`): about 110 µs before item 21 (which took the handler,
+  machine and log part from about 60 to 41 µs). The group runtime and machine with the
   offsets log hold about half (validation, the `__consumer_offsets` record encoded and written
   with its own batch and CRC, the write acknowledged as an event, the answer made from the
   result); decoding about 10 %, encoding 4 %, the request log about 5 %. Kafka's semantics are
@@ -258,8 +294,9 @@ flight, after the changes above):
 
 Each target, the figure this document holds, and what stands in the way:
 
-- every hot-path row ≥ 0.5× the mock: met at 1×1 for ApiVersions, Metadata and Heartbeat
-  (Stable), and for ApiVersions at 4×8; 0.06–0.4× elsewhere -- one event loop's CPU per
+- every hot-path row ≥ 0.5× the mock: met at 1×1 for ApiVersions and Metadata in this
+  document's run (0.58×, 0.50×; Heartbeat at 1×1 and ApiVersions at 4×8 have reached it in
+  earlier runs, 0.41–0.45× in this one); 0.06–0.4× elsewhere -- one event loop's CPU per
   request (above);
 - durable commits through the broker ≥ 20,000 partition-commits/s with 50 connections: at
   the target when each OffsetCommit carries the partitions a consumer owns (10 per request:
@@ -289,18 +326,21 @@ Each target, the figure this document holds, and what stands in the way:
   JVM cut the SparkSession start from 5.6 to 3.3 s and a run to about 19 s, but the archive is
   190 MB per user, is written at the JVM's exit (the first run pays), and needs the
   configuration directory off the class path;
-- start-up to first answer ≤ 250 ms: see the start-up section, not met -- importing the broker's
-  modules takes about 280 of the 336 ms. Most of it is creating classes: rallypoint defines
-  about 180 frozen, slotted dataclasses (about 0.8 ms each on Python 3.11), and the KIP-848,
-  share-group and transaction machines are imported at start even when a test uses none of
-  them; loading those lazily is the open option;
+- start-up to first answer ≤ 250 ms: met when the machine runs at its usual speed -- 233 ms
+  in the start-up section's last run, 304 ms in a run while the machine was slow (the code
+  before item 21 measured 449--506 ms in that hour). Item 21 took the broker's imports from
+  348 to 123 ms; what remains is the interpreter with asyncio, uvloop, structlog and kio
+  (about 100 ms), rallypoint's own modules, and building and starting the broker (about
+  35 ms, most of it the control plane and the offsets log's 50 partitions);
 - 1,000-member rebalance ≤ 200 ms of coordinator time: met -- the coordinator alone takes about
-  75 ms for the first generation and 85 ms for a rebalance (its own section); the rebalance
+  25 ms for the first generation and 30 ms for a rebalance (its own section; item 21); the rebalance
   section's wall time adds the request path of some 3,000 requests and the 1,000 raw clients
   on the same 2 cores;
-- ≤ 1 KiB RSS per Stable member: 1,360 bytes (item 16), not met -- what a member holds that
-  Kafka's Java coordinator also holds (its object, id, metadata, assignment, its session
-  deadline) plus the last durable group record per member, in CPython objects.
+- ≤ 1 KiB RSS per Stable member: 1,163 bytes (items 16 and 22), not met -- what a member holds
+  that Kafka's Java coordinator also holds (its object, id, metadata, assignment, its session
+  deadline) plus the last durable group record per member, in CPython objects (about 860
+  bytes), the allocator's overhead on them, and the control plane's bounded request log and
+  per-group history (with the control plane off: 1,079 bytes at 40,000 members).
 
 One event loop cannot reach the 0.5× target on these rows. Spreading connections over
 several processes would need the group state sharded by `__consumer_offsets` partition with
