@@ -17,7 +17,7 @@ RUN sh /usr/local/lib/rallypoint/ensure-python.sh build
 WORKDIR /src
 # Dependencies first, in a layer of their own that only pyproject.toml invalidates, so a code
 # change does not download them again.  --only-binary: they come as published wheels only (kio,
-# crc32c and uvloop have native code and ship manylinux wheels for x86_64 and aarch64), so no
+# crc32c, msgspec and uvloop have native code and ship manylinux wheels for x86_64 and aarch64), so no
 # stage ever needs a compiler.  The build venv also gets rallypoint's build backend.
 # Optional secret "pip-ca": a CA bundle for pip, on networks that re-sign TLS with their own CA
 # (docker build --secret id=pip-ca,src=/path/to/ca-bundle.crt .).  Only this stage sees it.
