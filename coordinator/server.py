@@ -89,6 +89,21 @@ _ENCODE_OFF_LOOP_ELEMENTS = 2000
 # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit): for a request small enough to
 # be decoded on the loop the answer is small too, and is not counted first.
 _ANSWER_BOUNDED_BY_REQUEST = frozenset({0, 8, 10, 12, 13, 14, 18, 22, 24, 25, 26, 28})
+OFFSET_FETCH = 9
+
+
+def _answer_bounded(api_key: int, request: Any) -> bool:
+    """Whether the answer holds at most one struct per struct of the request: the APIs above,
+    and an OffsetFetch that names its partitions (not "every committed offset of the group",
+    a null topic list)."""
+    if api_key in _ANSWER_BOUNDED_BY_REQUEST:
+        return True
+    if api_key == OFFSET_FETCH:
+        groups = getattr(request, "groups", None)  # v8+: one entry per group
+        if groups is not None:
+            return all(g.topics is not None for g in groups)
+        return getattr(request, "topics", None) is not None
+    return False
 
 
 def _frame_buffered(reader: asyncio.StreamReader) -> bool:
@@ -756,7 +771,7 @@ class Server:
         if response is None:
             return b""
         try:
-            small = api_key in _ANSWER_BOUNDED_BY_REQUEST and len(body) < _DECODE_OFF_LOOP_BYTES
+            small = len(body) < _DECODE_OFF_LOOP_BYTES and _answer_bounded(api_key, decoded.request)
             if not small and codec.count_elements(response, _ENCODE_OFF_LOOP_ELEMENTS) >= _ENCODE_OFF_LOOP_ELEMENTS:
                 return await asyncio.to_thread(codec.encode_response, api_key, version, corr, response)
             return codec.encode_response(api_key, version, corr, response)

@@ -183,6 +183,25 @@ def test_count_elements_counts_structs_and_stops_at_the_bound() -> None:
     assert codec.count_elements({"a": 1, "ids": list(range(100))}, 10) == 0  # plain values: not structs
 
 
+def test_an_offset_fetch_answer_is_bounded_by_its_request_only_when_it_names_partitions() -> None:
+    """The server encodes an answer bounded by its request without counting it first;
+    OffsetFetch's is bounded unless a topic list is null (every committed offset)."""
+    from rallypoint.server import _answer_bounded
+
+    def request(version: int, body: dict[str, Any]) -> Any:
+        frame = codec.encode_request(9, version, 1, body, "t")[4:]
+        header = framing.parse_request_header(frame, codec.request_header_version(9, version))
+        return codec.decode_request(9, version, frame, header.size, 10_000)
+
+    named = {"group_id": "g", "topics": [{"name": "t", "partition_indexes": [0]}]}
+    assert _answer_bounded(9, request(5, named))
+    assert not _answer_bounded(9, request(5, {"group_id": "g", "topics": None}))
+    groups = [{"group_id": "a", "topics": [{"name": "t", "partition_indexes": [0]}]}, {"group_id": "b", "topics": None}]
+    assert _answer_bounded(9, request(8, {"groups": groups[:1], "require_stable": False}))
+    assert not _answer_bounded(9, request(8, {"groups": groups, "require_stable": False}))
+    assert _answer_bounded(12, object()) and not _answer_bounded(3, object())  # Heartbeat; Metadata counts
+
+
 # --------------------------------------------------------------------------- the Metadata writer
 
 
