@@ -372,8 +372,10 @@ class Respond(Struct, frozen=True):
 
 
 class ArmTimer(Struct, frozen=True):
-    """(Re)arm the timer ``key`` to fire at ``deadline_ms`` (replaces an armed one, whose
-    deadline was ``previous_ms``; None: none was armed)."""
+    """(Re)arm the timer ``key`` to fire at ``deadline_ms`` (replaces an armed one).  The classic
+    coordinator also says the deadline it replaces (``previous_ms``; None: none was armed), which
+    its runtime schedules by; the consumer-group machine leaves it None (its runtime keeps its
+    own deadlines)."""
 
     key: TimerKey
     deadline_ms: int
