@@ -891,7 +891,7 @@ def test_shutdown_answers_parked_requests_not_coordinator() -> None:
     assert x.result(tj).error == E.NOT_COORDINATOR and x.result(ts).error == E.NOT_COORDINATOR
     assert x.m.groups == {}
     assert ("PreparingRebalance", "Dead") in x.transitions_of("a")
-    assert x.m.armed_timers() == {}
+    assert dict(x.m.deadlines) == {}
     assert x.result(x.join("a")).error == E.COORDINATOR_NOT_AVAILABLE
     assert x.heartbeat("a", leader, gen) == E.COORDINATOR_NOT_AVAILABLE
     assert DEAD == S.DEAD
@@ -949,12 +949,12 @@ def test_pending_member_rejoining_with_an_instance_id_gets_unknown_server_error(
     group.instance.id; GroupCoordinatorService answers it UNKNOWN_SERVER_ERROR, group untouched."""
     x = h()
     pending = x.result(x.join()).member_id
-    before = (len(x.transitions), dict(x.m.armed_timers()))
+    before = (len(x.transitions), dict(x.m.deadlines))
     r = x.result(x.join(member_id=pending, instance="i1"))
     assert (r.error, r.member_id, r.generation_id, r.leader) == (E.UNKNOWN_SERVER_ERROR, "", -1, "")
     g = x.m.groups["g"]
     assert pending in g.pending_members and not g.members and not g.static_members
-    assert (len(x.transitions), dict(x.m.armed_timers())) == before
+    assert (len(x.transitions), dict(x.m.deadlines)) == before
     t = x.join(member_id=pending)  # the same member without the instance id is accepted
     x.advance(0)
     assert x.result(t).error == E.NONE

@@ -182,7 +182,7 @@ def test_a_failed_group_creation_record_reverts_the_group_and_answers_the_parked
     assert (r.error, r.member_id, r.generation_id) == (E.COORDINATOR_NOT_AVAILABLE, "", -1)
     assert "g" not in x.m.groups
     assert x.transitions_of()[-1] == ("PreparingRebalance", "Dead")
-    assert not [k for k in x.m.armed_timers() if getattr(k, "group_id", None) == "g"]
+    assert not [k for k in x.m.deadlines if getattr(k, "group_id", None) == "g"]
     x.hold_persists = False
     x.advance(3000)  # nothing left to fire for the reverted group
     _ids, _leader, gen = x.stable_group(1)  # and the id can be used again
@@ -216,7 +216,7 @@ def test_an_exception_in_the_join_timer_does_not_wedge_the_group(monkeypatch: py
     assert x.result(t).error == E.NOT_COORDINATOR  # the parked join is answered
     # rebuilt from its last record (the empty one written when the group was created)
     assert x.state() == S.EMPTY and x.m.groups["g"].generation == 0 and not x.m.groups["g"].members
-    assert JoinKey("g") not in x.m.armed_timers()
+    assert JoinKey("g") not in x.m.deadlines
     _ids, _leader, gen = x.stable_group(2)
     assert gen == 1
 

@@ -441,9 +441,6 @@ class GroupCoordinator:
     def next_deadline(self) -> int | None:
         return min(self.ctx.timers.values(), default=None)
 
-    def armed_timers(self) -> dict[TimerKey, int]:
-        return dict(self.ctx.timers)
-
     @property
     def deadlines(self) -> Mapping[TimerKey, int]:
         """The armed timers' deadlines, live and read-only: the runtime schedules by them (it

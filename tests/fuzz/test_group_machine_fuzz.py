@@ -36,7 +36,7 @@ from rallypoint.protocol.errors import ErrorCode
 # ---------------------------------------------------------------------------------------------
 # Adapter: the only names taken from the group coordinator's internals (re-point them here when
 # the modules move).  Public event methods used: GroupMachine.start / join / sync / heartbeat /
-# leave / commit_offsets / timer_fired / advance / persist_done / armed_timers, and the
+# leave / commit_offsets / timer_fired / advance / persist_done / deadlines, and the
 # ``groups`` mapping (group.state / generation / leader_id / members / protocol_name).
 from rallypoint.groups.coordinator import GroupCoordinator as GroupMachine
 from rallypoint.groups.events import (
@@ -320,13 +320,13 @@ class GroupMachineFuzz(RuleBasedStateMachine):
     @rule(data=st.data(), early=st.booleans())
     def fire_one_timer(self, data: st.DataObject, early: bool) -> None:
         """One armed timer fires, out of deadline order (or before its deadline: ignored)."""
-        timers = sorted(self.m.armed_timers().items(), key=lambda kv: kv[0].sort_key())
+        timers = sorted(self.m.deadlines.items(), key=lambda kv: kv[0].sort_key())
         if not timers:
             return
         key, deadline = data.draw(st.sampled_from(timers))
         if early:
             self.apply(self.m.timer_fired(key, min(self.now, deadline - 1)))
-            assert key in self.m.armed_timers(), "a timer fired before its deadline was not ignored"
+            assert key in self.m.deadlines, "a timer fired before its deadline was not ignored"
             return
         self.now = max(self.now, deadline)
         self.apply(self.m.timer_fired(key, self.now))
