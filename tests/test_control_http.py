@@ -7,7 +7,7 @@ import http.client
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -24,6 +24,17 @@ HEARTBEAT, API_VERSIONS = 12, 18
 @pytest.fixture
 def ctl_broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
     return broker_factory(extra_args=CONTROL)
+
+
+@pytest.fixture(scope="module")
+def shared_ctl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the tests that must change nothing (bad input, unknown paths, reads):
+    each case also checks that the broker still holds no rule and no clock skew, so a case
+    that did change something fails the next ones too."""
+    b = BrokerProcess(data_dir=tmp_path_factory.mktemp("ctl"), config={}, extra_args=CONTROL)
+    b.start()
+    yield b
+    b.kill()
 
 
 def kafka_ok(b: BrokerProcess) -> None:
@@ -89,8 +100,8 @@ def test_the_default_control_port_taken_falls_back_to_a_free_one(broker_factory:
 # ------------------------------------------------------------------------------ errors
 
 
-def test_unknown_paths_methods_and_ids(ctl_broker: BrokerProcess) -> None:
-    c = Control.of(ctl_broker)
+def test_unknown_paths_methods_and_ids(shared_ctl_broker: BrokerProcess) -> None:
+    c = Control.of(shared_ctl_broker)
     assert c.call("GET", "/v1/nothing").status == 404
     assert c.call("GET", "/v2/health").status == 404
     r = c.call("PUT", "/v1/faults")
@@ -127,27 +138,27 @@ def test_unknown_paths_methods_and_ids(ctl_broker: BrokerProcess) -> None:
     ],
 )
 def test_bad_bodies_get_400_with_a_message_and_change_nothing(
-    ctl_broker: BrokerProcess, path: str, body: bytes
+    shared_ctl_broker: BrokerProcess, path: str, body: bytes
 ) -> None:
-    c = Control.of(ctl_broker)
+    c = Control.of(shared_ctl_broker)
     r = c.raw("POST", path, body, {"Content-Type": "application/json"})
     assert r.status == 400, r.body
     assert r.body["error"]
     assert c.get("/v1/faults") == []
     assert c.get("/v1/clock")["skew_ms"] == 0
-    kafka_ok(ctl_broker)
+    kafka_ok(shared_ctl_broker)
 
 
-def test_bad_query_parameters(ctl_broker: BrokerProcess) -> None:
-    c = Control.of(ctl_broker)
+def test_bad_query_parameters(shared_ctl_broker: BrokerProcess) -> None:
+    c = Control.of(shared_ctl_broker)
     assert c.call("GET", "/v1/requests?api=NoSuchApi").status == 400
     assert c.call("GET", "/v1/requests?since=x").status == 400
     assert c.call("GET", "/v1/requests?colour=red").status == 400
     assert c.call("GET", "/v1/events?types=weather").status == 400
 
 
-def test_input_is_bounded_and_bad_http_closes_only_that_connection(ctl_broker: BrokerProcess) -> None:
-    c = Control.of(ctl_broker)
+def test_input_is_bounded_and_bad_http_closes_only_that_connection(shared_ctl_broker: BrokerProcess) -> None:
+    c = Control.of(shared_ctl_broker)
     r = c.raw("POST", "/v1/faults", b"{" + b" " * (1024 * 1024 + 10) + b"}")
     assert r.status == 413
     with socket.create_connection((c.host, c.port), timeout=10) as s:
@@ -161,11 +172,11 @@ def test_input_is_bounded_and_bad_http_closes_only_that_connection(ctl_broker: B
             pass  # the broker may stop reading once the head is too large; its answer is still there
         assert s.recv(4096).startswith(b"HTTP/1.1 431")  # the head is bounded
     assert c.get("/v1/health")["node_id"] == 1
-    kafka_ok(ctl_broker)
+    kafka_ok(shared_ctl_broker)
 
 
-def test_keep_alive_serves_several_requests_on_one_connection(ctl_broker: BrokerProcess) -> None:
-    c = Control.of(ctl_broker)
+def test_keep_alive_serves_several_requests_on_one_connection(shared_ctl_broker: BrokerProcess) -> None:
+    c = Control.of(shared_ctl_broker)
     conn = http.client.HTTPConnection(c.host, c.port, timeout=10)
     try:
         for _ in range(3):
