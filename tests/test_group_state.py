@@ -8,6 +8,7 @@ Every test drives the sans-IO coordinator with a FakeClock: timers fire instantl
 from __future__ import annotations
 
 import pytest
+from rallypoint.groups.events import ArmTimer, CancelTimer, HeartbeatRequest, SessionsKey
 from rallypoint.groups.model import (
     DEAD,
     GroupConfig,
@@ -505,6 +506,54 @@ def test_session_expiry_removes_a_silent_member_and_rebalances() -> None:
     g = x.m.groups["g"]
     assert ids[1] not in g.members and leader in g.members
     assert x.transitions_of()[-1] == ("Stable", "PreparingRebalance")
+
+
+def test_a_stable_group_keeps_one_sessions_timer_and_heartbeats_arm_nothing() -> None:
+    # docs/groups.md, "Timers": members keep their own deadlines; the group has one timer.
+    x = h()
+    ids, _leader, gen = x.stable_group(10, session=10_000)
+    group_timers = [k for k in x.m.deadlines if getattr(k, "group_id", None) == "g"]
+    assert group_timers == [SessionsKey("g")]
+    assert x.m.deadlines[SessionsKey("g")] == min(m.session_deadline for m in x.m.groups["g"].members.values())
+    x.advance(1000)
+    effects = x.m.heartbeat(x.token(), HeartbeatRequest("g", gen, ids[3]), x.now)
+    assert not [e for e in effects if isinstance(e, (ArmTimer, CancelTimer))], effects
+    x.apply(effects)
+    assert x.m.groups["g"].members[ids[3]].session_deadline == x.now + 10_000
+
+
+def test_member_sessions_expire_each_at_its_own_deadline_in_order() -> None:
+    x = h()
+    ids, _leader, gen = x.stable_group(3, session=10_000, rebalance=600_000)
+    start = x.now
+    x.advance(4000)
+    x.heartbeat("g", ids[1], gen)  # its session now ends at start + 14 s
+    x.advance(2000)
+    x.heartbeat("g", ids[2], gen)  # ... and this one's at start + 16 s
+    members = x.m.groups["g"].members
+    x.advance(3999)
+    assert set(members) == set(ids)
+    x.advance(1)  # start + 10 s: the first member's session is over, the others' are not
+    assert set(members) == {ids[1], ids[2]}
+    assert x.m.deadlines[SessionsKey("g")] == start + 14_000  # armed again for the next one
+    x.advance(3999)
+    assert set(members) == {ids[1], ids[2]}
+    x.advance(1)
+    assert set(members) == {ids[2]}
+    x.advance(2000)
+    assert set(members) == set()
+    removed = [n.fields["member"] for n in x.notes if n.event == "member removed"]
+    assert removed == [ids[0], ids[1], ids[2]]
+    assert SessionsKey("g") not in x.m.deadlines  # no member left to watch
+    assert x.now == start + 16_000
+
+
+def test_sessions_ending_in_the_same_millisecond_expire_in_member_id_order() -> None:
+    x = h()
+    ids, _leader, _gen = x.stable_group(3, session=10_000, rebalance=600_000)
+    x.advance(10_000)
+    removed = [n.fields["member"] for n in x.notes if n.event == "member removed"]
+    assert removed == sorted(ids)
 
 
 def test_members_awaiting_join_are_alive_new_joiners_use_five_minutes() -> None:

@@ -17,12 +17,12 @@ from rallypoint.groups.events import (
     CommitPartition,
     CommitRequest,
     CommitTopic,
-    HeartbeatKey,
     HeartbeatRequest,
     JoinRequest,
     OffsetFetchGroupRequest,
     OffsetFetchRequest,
     Protocol,
+    SessionsKey,
     SyncRequest,
 )
 from rallypoint.groups.model import ClassicGroup
@@ -232,16 +232,17 @@ async def test_heartbeats_keep_one_timer_handle_and_the_session_expires_on_time(
     joined = await asyncio.wait_for(rt.join(join_req("g", session=300)), 5)
     s = await rt.sync(SyncRequest("g", 1, joined.member_id, None, None, None, ((joined.member_id, b""),), 3))
     assert s.error == E.NONE
-    key = HeartbeatKey("g", joined.member_id)
+    member = rt.machine.groups["g"].members[joined.member_id]
     handles, heap_sizes = [], []
-    entries = len(rt._heap)  # the session's and the entries of the join phase's cancelled timers
-    deadline = rt.machine.deadlines[key]
+    entries = len(rt._heap)  # the sessions timer's and the join phase's cancelled timers
+    deadline = member.session_deadline
+    assert rt.machine.deadlines[SessionsKey("g")] <= deadline  # the group's timer: at or before it
     for _ in range(10):
         await asyncio.sleep(0.1)
         hb = await rt.heartbeat(HeartbeatRequest("g", 1, joined.member_id))
         assert hb.error == E.NONE
-        assert rt.machine.deadlines[key] > deadline  # the deadline moved ...
-        deadline = rt.machine.deadlines[key]
+        assert member.session_deadline > deadline  # the deadline moved ...
+        deadline = member.session_deadline
         handles.append(rt._wake)
         heap_sizes.append(len(rt._heap))
     # ... but 1 s of heartbeats every 100 ms made no loop handle and no heap entry per heartbeat:

@@ -30,6 +30,7 @@ from .events import (
     LeaveMemberResult,
     LeaveRequest,
     LeaveResult,
+    SessionsKey,
     SyncKey,
     SyncRequest,
     SyncResult,
@@ -82,7 +83,9 @@ class ClassicGroups:
             self._complete_join(group, member, JoinResult(E.UNKNOWN_MEMBER_ID))
             self._complete_sync(member, SyncResult(E.UNKNOWN_MEMBER_ID))
         group.remove(member_id)
-        self.ctx.cancel(HeartbeatKey(group.group_id, member_id))
+        self.ctx.cancel(HeartbeatKey(group.group_id, member_id))  # a pending member's
+        if not group.members:
+            self.ctx.cancel(SessionsKey(group.group_id))
 
     def _update_member(self, group: ClassicGroup, member: Member, req: JoinRequest, token: int) -> None:
         replaced = group.update_member(member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, token)
@@ -99,7 +102,8 @@ class ClassicGroups:
             group, old, JoinResult(E.FENCED_INSTANCE_ID, member_id=old_id, protocol_type=None, protocol_name=None)
         )
         self._complete_sync(old, SyncResult(E.FENCED_INSTANCE_ID))
-        self.ctx.cancel(HeartbeatKey(group.group_id, old_id))
+        # The new member starts without a session deadline (the old one's is gone with it)
+        # until the caller reschedules it.
         return group.replace_static_member(instance_id, old_id, new_id)
 
     def _generation_result(self, group: ClassicGroup, member_id: str, *, with_members: bool) -> JoinResult:
@@ -281,7 +285,9 @@ class ClassicGroups:
             reason=req.reason,
         )
         # New members cannot heartbeat while their JoinGroup is parked, so they get the
-        # 5-minute new-member timeout instead of the session timeout.
+        # 5-minute new-member timeout instead of the session timeout (which replaces the
+        # timeout of the id while it was pending).
+        self.ctx.cancel(HeartbeatKey(group.group_id, member_id))
         self.registry.reschedule_heartbeat(group, member, self.ctx.config.new_member_join_timeout_ms)
         self._maybe_prepare_rebalance_or_complete_join(group, f"adding new member {member_id}")
 
@@ -703,17 +709,34 @@ class ClassicGroups:
 
     # ====================================================================== timers
 
-    def timer_fired(self, key: HeartbeatKey | JoinKey | SyncKey) -> None:
+    def timer_fired(self, key: HeartbeatKey | SessionsKey | JoinKey | SyncKey) -> None:
         group = self.registry.get(key.group_id)
         if group is None:
             return
-        if isinstance(key, HeartbeatKey):
+        if isinstance(key, SessionsKey):
+            self._sessions_due(group)
+        elif isinstance(key, HeartbeatKey):
             self._heartbeat_expired(group, key.member_id)
         elif isinstance(key, JoinKey):
             if group.state == PREPARING:
                 self._join_timer_fired(group)
         else:
             self._sync_expired(group)
+
+    def _sessions_due(self, group: ClassicGroup) -> None:
+        """The group's sessions timer fired: each member whose deadline has passed expires, in
+        deadline order (then by id), as its own timer would have; then the timer is armed for
+        the next deadline (docs/groups.md, "Timers")."""
+        now = self.ctx.now
+        due = sorted((d, mid) for mid, m in group.members.items() if 0 < (d := m.session_deadline) <= now)
+        for deadline, mid in due:
+            member = group.members.get(mid)
+            if member is None or member.session_deadline != deadline:
+                continue  # removed or moved by an earlier expiry
+            member.session_deadline = 0  # fired: like a timer, it is gone until rescheduled
+            self._heartbeat_expired(group, mid)
+        if self.registry.get(group.group_id) is group:
+            self.registry.rearm_sessions(group)
 
     def _heartbeat_expired(self, group: ClassicGroup, member_id: str) -> None:
         """``expireClassicGroupMemberHeartbeat``."""

@@ -68,10 +68,19 @@ class Context:
         self._fx.append(Note(event, fields))
 
     def arm(self, key: TimerKey, delay_ms: int) -> None:
-        deadline = self.now + max(0, delay_ms)
+        self.arm_at(key, self.now + max(0, delay_ms))
+
+    def arm_at(self, key: TimerKey, deadline: int) -> None:
         previous = self.timers.get(key)
         self.timers[key] = deadline
         self._fx.append(ArmTimer(key, deadline, previous))
+
+    def arm_by(self, key: TimerKey, deadline: int) -> None:
+        """Armed for ``deadline`` unless it is armed for earlier already (then nothing)."""
+        previous = self.timers.get(key)
+        if previous is None or deadline < previous:
+            self.timers[key] = deadline
+            self._fx.append(ArmTimer(key, deadline, previous))
 
     def cancel(self, key: TimerKey) -> None:
         if self.timers.pop(key, None) is not None:

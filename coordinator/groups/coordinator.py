@@ -39,6 +39,7 @@ from .events import (
     DescribedGroup,
     DescribeResult,
     Effect,
+    HeartbeatKey,
     HeartbeatRequest,
     HeartbeatResult,
     InternalError,
@@ -54,6 +55,7 @@ from .events import (
     OffsetFetchResult,
     Protocol,
     RetentionKey,
+    SessionsKey,
     SyncRequest,
     SyncResult,
     TimerKey,
@@ -437,6 +439,23 @@ class GroupCoordinator:
                 return out
             deadline, _, key = min(due, key=lambda t: (t[0], t[1]))
             out.extend(self.timer_fired(key, deadline))
+
+    def make_session_due(self, group_id: str, member_id: str, now_ms: int) -> bool:
+        """The member's (or pending member's) session deadline becomes ``now_ms`` and its timer
+        due, so the next :meth:`advance` expires it exactly as if it had stopped heartbeating
+        (the control plane's member expiry).  False, and nothing changes, when it has no
+        session deadline (unknown group or member, or its expiry already fired)."""
+        pending = HeartbeatKey(group_id, member_id)
+        if pending in self.ctx.timers:
+            self.ctx.timers[pending] = now_ms
+            return True
+        group = self.registry.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if member is None or not member.session_deadline:
+            return False
+        member.session_deadline = now_ms
+        self.ctx.timers[SessionsKey(group_id)] = now_ms
+        return True
 
     def next_deadline(self) -> int | None:
         return min(self.ctx.timers.values(), default=None)

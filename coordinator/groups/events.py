@@ -305,7 +305,9 @@ class DeleteGroupsResult(Struct, frozen=True):
 
 
 class HeartbeatKey(NamedTuple):
-    """A member's (or pending member's) session, or the new-member join timeout."""
+    """A pending member's session (KIP-394: the member id handed out with MEMBER_ID_REQUIRED
+    must come back within the session timeout).  A joined member's session is not a timer of
+    its own: see :class:`SessionsKey`."""
 
     group_id: str
     member_id: str
@@ -313,6 +315,23 @@ class HeartbeatKey(NamedTuple):
 
     def sort_key(self) -> tuple[str, ...]:
         return (self.kind, self.group_id, self.member_id)
+
+
+class SessionsKey(NamedTuple):
+    """The sessions of a group's members (docs/groups.md, "Timers"): each member keeps its own
+    deadline (``Member.session_deadline``, the new-member join timeout included) and the group
+    has one timer, armed at or before the earliest of them; when it fires, every member whose
+    deadline has passed expires, in deadline order, and the timer is armed again for the
+    next.  A heartbeat moves its member's deadline only (a later one): no timer effect.
+
+    Its ``sort_key`` is that of a heartbeat key with an empty member id, so at one millisecond
+    the group's member sessions fire before its join and sync timers, as before."""
+
+    group_id: str
+    kind: str = "heartbeat"
+
+    def sort_key(self) -> tuple[str, ...]:
+        return (self.kind, self.group_id, "")
 
 
 class JoinKey(NamedTuple):
@@ -358,7 +377,7 @@ class ConsumerMemberKey(NamedTuple):
         return (self.kind, self.timer, self.group_id, self.member_id)
 
 
-TimerKey: TypeAlias = HeartbeatKey | JoinKey | SyncKey | RetentionKey | ConsumerMemberKey
+TimerKey: TypeAlias = HeartbeatKey | SessionsKey | JoinKey | SyncKey | RetentionKey | ConsumerMemberKey
 
 
 # -------------------------------------------------------------------------------- effects

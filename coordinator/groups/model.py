@@ -160,6 +160,9 @@ class Member(Struct, eq=False, gc=False):  # untracked by the collector: no fiel
     join_token: int | None = None  # a parked JoinGroup ("awaiting join")
     sync_token: int | None = None  # a parked SyncGroup ("awaiting sync")
     is_new: bool = False
+    # When the session (or the new-member join timeout) expires, wall-clock ms; 0: no
+    # deadline (its expiry already fired).  The group's SessionsKey timer watches it.
+    session_deadline: int = 0
 
     @property
     def is_static(self) -> bool:

@@ -25,6 +25,7 @@ from .events import (
     ListedGroup,
     ListResult,
     Protocol,
+    SessionsKey,
     SyncKey,
     SyncResult,
 )
@@ -64,8 +65,9 @@ class GroupRegistry:
         """Forget a (Dead) group and its timers."""
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
-        for mid in list(group.members) + list(group.pending_members):
+        for mid in group.pending_members:
             self.ctx.cancel(HeartbeatKey(group.group_id, mid))
+        self.ctx.cancel(SessionsKey(group.group_id))
         self.ctx.cancel(JoinKey(group.group_id))
         self.ctx.cancel(SyncKey(group.group_id))
 
@@ -150,10 +152,19 @@ class GroupRegistry:
     # ------------------------------------------------------------------ sessions
 
     def reschedule_heartbeat(self, group: ClassicGroup, member: Member, timeout_ms: int | None = None) -> None:
-        self.ctx.arm(
-            HeartbeatKey(group.group_id, member.member_id),
-            member.session_timeout_ms if timeout_ms is None else timeout_ms,
-        )
+        """The member's session (or join timeout) runs from now (docs/groups.md, "Timers")."""
+        delay = member.session_timeout_ms if timeout_ms is None else timeout_ms
+        member.session_deadline = deadline = self.ctx.now + max(0, delay)
+        self.ctx.arm_by(SessionsKey(group.group_id), deadline)
+
+    def rearm_sessions(self, group: ClassicGroup) -> None:
+        """The group's sessions timer for its earliest member deadline (none: not armed)."""
+        earliest = min((d for m in group.members.values() if (d := m.session_deadline)), default=None)
+        key = SessionsKey(group.group_id)
+        if earliest is None:
+            self.ctx.cancel(key)
+        else:
+            self.ctx.arm_at(key, earliest)
 
     def on_offset_commit(self, group: ClassicGroup, member_id: str) -> None:
         """An accepted OffsetCommit keeps the member's session alive in Stable and

@@ -43,7 +43,6 @@ from .events import (
     DeleteGroupsResult,
     DescribeResult,
     Effect,
-    HeartbeatKey,
     HeartbeatRequest,
     HeartbeatResult,
     InternalError,
@@ -100,8 +99,8 @@ class GroupsRuntime:
         self._calling: int | None = None
         self._answer: Any = _NO_ANSWER
         # Timers (docs/groups.md, "Timers"): a heap of (deadline, key) with one event-loop
-        # handle for its earliest entry -- not one handle per member: a Stable group's members
-        # each hold a session timer, and a loop handle costs some 400 bytes.  The machine's
+        # handle for its earliest entry -- not one handle per timer: a loop handle costs some
+        # 400 bytes, and there are timers per group and per pending member.  The machine's
         # armed deadlines (``machine.deadlines``, wall-clock ms) are the truth: an entry whose key
         # was re-armed later, or cancelled, is dealt with when it comes due.  Every armed key
         # has an entry at or before its deadline.
@@ -455,17 +454,14 @@ class GroupsRuntime:
         armed for "in 30 s" must not wait 30 s of real time); the others are re-scheduled
         against the moved clock.
 
-        ``expire_member=(group_id, member_id)``: that member's session timer is made due now
-        first, so its session expires exactly as if it had stopped heartbeating (the machine's
-        own heartbeat-expiry path).  False, and nothing changes, when it has no session timer
-        (unknown group or member).
+        ``expire_member=(group_id, member_id)``: that member's session deadline is made due
+        now first, so its session expires exactly as if it had stopped heartbeating (the
+        machine's own heartbeat-expiry path).  False, and nothing changes, when it has no
+        session deadline (unknown group or member, or its expiry already fired).
         """
         now = self.clock.now_ms()
-        if expire_member is not None:
-            key: TimerKey = HeartbeatKey(expire_member[0], expire_member[1])
-            if key not in self.machine.deadlines:
-                return False
-            self.machine.ctx.timers[key] = now  # the member's session deadline is now
+        if expire_member is not None and not self.machine.make_session_due(*expire_member, now):
+            return False
         self._guarded("advance", lambda: self.machine.advance(now))
         self._rebuild_heap()  # the machine fired what was due and may have armed new timers
         if self._wake is not None:
