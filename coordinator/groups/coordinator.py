@@ -70,6 +70,15 @@ E = ErrorCode
 RETENTION_KEY = RetentionKey()
 
 
+class _Failed:
+    """The answer to a request whose event failed, made only then (:meth:`GroupCoordinator._run`)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], object]) -> None:
+        self.make = make
+
+
 class GroupCoordinator:
     """Every classic group of this coordinator and their offsets."""
 
@@ -99,6 +108,8 @@ class GroupCoordinator:
         failed: object = None,
         groups: Iterable[str] = (),
     ) -> list[Effect]:
+        """Run one event; ``failed`` answers ``token`` if the event fails (docs/groups.md,
+        "Internal errors"): the answer itself, or a :class:`_Failed` that makes it then."""
         ctx = self.ctx
         ctx.begin(now_ms)
         try:
@@ -115,7 +126,7 @@ class GroupCoordinator:
         for gid in involved:
             self._reload(gid)
         if token is not None and failed is not None and not ctx.answered(token):
-            ctx.respond(token, failed)
+            ctx.respond(token, failed.make() if isinstance(failed, _Failed) else failed)
         ctx.emit(InternalError(event, involved, exc))
 
     def _reload(self, group_id: str) -> None:
@@ -179,18 +190,20 @@ class GroupCoordinator:
         )
 
     def commit_offsets(self, token: int, req: CommitRequest, now_ms: int) -> list[Effect]:
-        failed = CommitResult(
-            tuple(
-                TopicErrors(t.name, tuple((p.partition, E.UNKNOWN_SERVER_ERROR) for p in t.partitions))
-                for t in req.topics
+        def failed() -> CommitResult:
+            return CommitResult(
+                tuple(
+                    TopicErrors(t.name, tuple((p.partition, E.UNKNOWN_SERVER_ERROR) for p in t.partitions))
+                    for t in req.topics
+                )
             )
-        )
+
         return self._run(
             now_ms,
             "commit_offsets",
             lambda: self.offsets.commit(token, req),
             token=token,
-            failed=failed,
+            failed=_Failed(failed),  # made only if needed: every commit comes here
             groups=(req.group_id,),
         )
 
@@ -207,10 +220,14 @@ class GroupCoordinator:
         )
 
     def fetch_offsets(self, token: int, req: OffsetFetchRequest, now_ms: int) -> list[Effect]:
-        failed = OffsetFetchResult(
-            tuple(OffsetFetchGroupResult(g.group_id, E.UNKNOWN_SERVER_ERROR) for g in req.groups)
+        def failed() -> OffsetFetchResult:
+            return OffsetFetchResult(
+                tuple(OffsetFetchGroupResult(g.group_id, E.UNKNOWN_SERVER_ERROR) for g in req.groups)
+            )
+
+        return self._run(
+            now_ms, "fetch_offsets", lambda: self.offsets.fetch(token, req), token=token, failed=_Failed(failed)
         )
-        return self._run(now_ms, "fetch_offsets", lambda: self.offsets.fetch(token, req), token=token, failed=failed)
 
     def delete_offsets(self, token: int, req: OffsetDeleteRequest, now_ms: int) -> list[Effect]:
         return self._run(

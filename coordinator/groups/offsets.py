@@ -89,6 +89,8 @@ class GroupDirectory(Protocol[G]):
 
 def java_string_length(s: str) -> int:
     """Java ``String.length()``: UTF-16 code units (offset.metadata.max.bytes is checked so)."""
+    if s.isascii():  # one code unit a character (most metadata is empty)
+        return len(s)
     return len(s.encode("utf-16-le")) // 2
 
 
