@@ -13,9 +13,9 @@ topic data kept on disk topic_batches and topic_partitions: pipeline/topic_data.
 How it runs: the driver lists the segment files itself (Spark's listing hides ``__consumer_offsets-N``
 directories, see pipeline/README.md, "How it runs") and packs them into bins of similar size; a DataFrame of those
 paths goes through ``mapInArrow``, where each task opens and decodes its own files with
-``protocol/``'s decoders.  The decoded records are written once to a staging directory under OUT;
-the tables are computed from there (later tables from earlier ones read back), then the staging
-is removed.
+``protocol/``'s decoders and writes what it decoded as a Parquet file of a staging directory
+under OUT (pyarrow's writer, not Spark's: pipeline/README.md, "How it runs"); the tables are
+computed from there (later tables from earlier ones read back), then the staging is removed.
 
 pyspark is imported only when the job runs, so the broker never needs it.
 """
@@ -97,25 +97,30 @@ def spark_schema() -> Any:
     return from_arrow_schema(decode.ARROW_SCHEMA)
 
 
-def decoded_frame(spark: SparkSession, files: list[decode.SegmentFile]) -> DataFrame:
-    """The lazily decoded records of ``files`` (schema: decode.ARROW_SCHEMA)."""
-    from pyspark.sql.types import ArrayType, IntegerType, LongType, StringType, StructField, StructType
+def stage_decoded(spark: SparkSession, files: list[decode.SegmentFile], staging: Path) -> int:
+    """Decode ``files`` in the tasks, each bin of files into a Parquet file of ``staging``
+    (decode.staging_writer); the number of rows written.  An input without files leaves one
+    empty file, so that the directory reads as an empty table."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-    file_t = StructType(
-        [
-            StructField("broker", StringType()),
-            StructField("log_partition", IntegerType()),
-            StructField("base_offset", LongType()),
-            StructField("path", StringType()),
-            StructField("size", LongType()),
-        ]
-    )
-    in_schema = StructType([StructField("files", ArrayType(file_t))])
+    staging.mkdir(parents=True, exist_ok=True)
     parallelism = spark.sparkContext.defaultParallelism
     bins = decode.bin_files(files, bins=4 * parallelism)
-    rows = [([(f.broker, f.log_partition, f.base_offset, f.path, f.size) for f in b],) for b in bins]
-    rdd = spark.sparkContext.parallelize(rows, max(1, len(rows)))  # one bin per task
-    return spark.createDataFrame(rdd, in_schema).mapInArrow(decode.decode_file_batches, spark_schema())
+    if not bins:
+        pq.write_table(pa.Table.from_batches([], schema=decode.ARROW_SCHEMA), staging / "part-empty.parquet")
+        return 0
+    in_schema = from_arrow_schema(pa.schema([("bin", pa.int32()), ("files", pa.list_(decode.FILES_ARROW))]))
+    rows = [
+        (i, [(f.broker, f.log_partition, f.base_offset, f.path, f.size, f.is_last) for f in b])
+        for i, b in enumerate(bins)
+    ]
+    rdd = spark.sparkContext.parallelize(rows, len(rows))  # one bin per task
+    written = spark.createDataFrame(rdd, in_schema).mapInArrow(
+        decode.staging_writer(str(staging)), from_arrow_schema(decode.STAGED_ARROW)
+    )
+    return sum(int(r["rows"]) for r in written.collect())
 
 
 def small_frames(
@@ -186,7 +191,8 @@ def run(
         if small:
             decoded, topic_batches = small_frames(spark, files, topic_files)
         else:
-            decoded_frame(spark, files).write.mode("overwrite").parquet(staging.as_uri())
+            shutil.rmtree(staging, ignore_errors=True)  # what a run stopped half-way left
+            stage_decoded(spark, files, staging)
             decoded = spark.read.schema(spark_schema()).parquet(staging.as_uri())
             topic_batches = topic_data.batches_frame(spark, topic_files)
         t2 = time.monotonic()

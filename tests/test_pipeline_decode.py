@@ -7,6 +7,7 @@ counted, never raised.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import struct
@@ -319,3 +320,30 @@ def test_damage_verdicts_match_the_broker_recovery(tmp_path: Path, seed: int) ->
         return
     assert not set(statuses) & {"corrupt", "unsupported", "unreadable"}, (how, statuses)
     assert ("torn" in statuses) == bool(rp.report.truncated), (how, statuses, rp.report.truncated)
+
+
+def test_the_staging_writer_writes_each_bin_once_as_the_decoder_decodes_it(tmp_path: Path) -> None:
+    # The Spark tasks' side of the decode stage (pipeline/README.md, "How it runs"), without a JVM.
+    import pyarrow.parquet as pq
+
+    synth.generate(tmp_path / "in", synth.SynthConfig(seed=3, events=150, log_partitions=2, segment_bytes=4096))
+    files = decode.find_segments("b", tmp_path / "in")
+    bins = decode.bin_files(files, bins=3)
+    assert len(bins) == 3
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    batch = pa.RecordBatch.from_pylist(
+        [{"bin": i, "files": [dataclasses.asdict(f) for f in b]} for i, b in enumerate(bins)],
+        schema=pa.schema([("bin", pa.int32()), ("files", pa.list_(decode.FILES_ARROW))]),
+    )
+    write = decode.staging_writer(str(staging))
+    for _ in range(2):  # a task run again rewrites its file
+        answers = pa.Table.from_batches(list(write([batch])), schema=decode.STAGED_ARROW).to_pylist()
+        assert sorted(os.listdir(staging)) == [f"part-0000{i}.parquet" for i in range(3)]  # no temporary file left
+    written = pa.concat_tables(pq.read_table(staging / name) for name in sorted(os.listdir(staging)))
+    assert written.schema == decode.ARROW_SCHEMA
+    expected = pa.Table.from_batches(list(decode.decode_segments(files)), schema=decode.ARROW_SCHEMA)
+    assert sorted(map(repr, written.to_pylist())) == sorted(map(repr, expected.to_pylist()))
+    assert sorted((a["bin"], a["rows"]) for a in answers) == [
+        (i, sum(b.num_rows for b in decode.decode_segments(bins[i]))) for i in range(3)
+    ]
