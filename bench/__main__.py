@@ -303,6 +303,12 @@ changed (before/after figures are the side-by-side rows of this document's histo
    bins. The pipeline section was run while the machine ran slow (its single-process decode
    860k records/s, 1,010k in the run before; the tables 70.8 s, 41.6 s before -- the same
    code measured 65--84 s in that hour).
+25. **The replay's fold is compiled** (`fold_offsets` in `protocol/_recwalk.pyx`, called by
+   `coordinator/storage/loader.py`): the loop that applies each run of the compiled scan to
+   the state (item 20) was the larger half of a key-heavy partition's replay. One 25 MiB
+   partition of the pipeline section's log, same process, the Python loop and the compiled
+   one alternating six times each: 31.9 → 36.5 MiB/s (medians). `tests/test_replay_scan.py`
+   holds the state, order, errors and repairs to the Python reader's.
 
 ## Where the targets stand, and what limits them
 
@@ -349,10 +355,11 @@ Each target, the figure this document holds, and what stands in the way:
 - offsets-log replay ≥ 100 MiB/s: met on the offsets-log section's log -- 176 MiB/s (item 15),
   a log of commits to few keys, as a busy group's partition is. Not on every log: the
   pipeline section's synthetic log (400 groups, 128 partitions each, 2 % of commits in
-  transactions) replays at 21--27 MiB/s (item 20). Each transaction's marker ends a run of the
-  compiled scan, and folding a run stores every key it touched, in Python, so the cost follows
-  keys touched per run, not bytes: of one 25 MiB partition's 0.8 s, the scan takes 0.2, the
-  folds 0.45 (1,800 keys each, 176 of them), decoding the last values 0.13. A log of transactional or
+  transactions) replays at 21--37 MiB/s (items 20 and 25). Each transaction's marker ends a run of the
+  compiled scan, and folding a run stores every key it touched, so the cost follows keys
+  touched per run, not bytes: of one 25 MiB partition's 0.8 s before item 25, the scan took
+  0.2, the folds 0.45 (1,800 keys each, 176 of them), decoding the last values 0.13; compiled,
+  the folds still pay a dictionary update per key touched. A log of transactional or
   compressed batches only is read by the Python reader, at about 15 MiB/s;
 - pipeline decode ≥ 30 MiB/s: met in one process -- 64--73 MiB/s on the pipeline section's log
   (item 18; about 31 MiB/s on a log dense in group records, whose members are decoded in

@@ -1,8 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 """Record walks, compiled (optional; built from source by Cython at install when a C compiler is
-there): the produce check's (``walk_times``), the offsets-log replay's (``scan_offsets_batches``)
-and the pipeline's offset rows (``OffsetRows``).  Each has a Python reference that the tests run
-on the same bytes, and each answers only for bytes the reference accepts.
+there): the produce check's (``walk_times``), the offsets-log replay's (``scan_offsets_batches``,
+with ``fold_offsets`` applying what it took) and the pipeline's offset rows (``OffsetRows``).
+Each has a Python reference that the tests run on the same bytes, and each answers only for
+bytes the reference accepts.
 
 The produce walk's reference is ``_walk_records`` in ``protocol/records.py``: this walks the same
 fields of the same records, as Kafka's ``DefaultRecord.readFrom`` reads them.  Whenever anything
@@ -272,6 +273,45 @@ def scan_offsets_batches(object segment, Py_ssize_t pos, int64_t expected, dict 
     finally:
         view.release()
     return pos, expected, batches, records
+
+
+def fold_offsets(dict last, dict keys, object key_of, object commit_key, object group_key, dict offsets, dict groups):
+    """Fold what ``scan_offsets_batches`` put in ``last`` into the loader's state (the loop of
+    ``StateBuilder._fold`` in coordinator/storage/loader.py, whose docstring says what it
+    must do): ``keys`` caches raw key -> (decoded key or error message, canonical bytes) and
+    ``key_of(raw)`` fills it; offset commits go to ``offsets`` by canonical bytes, group records
+    to ``groups`` by group id.  Returns None, or why the reference reader must redo the run (two
+    raw keys for one key, or a key that is neither)."""
+    cdef set seen = set()
+    cdef tuple entry, got
+    cdef object raw, key, canon, value, group
+    for raw, entry in last.items():
+        got = keys.get(raw)
+        if got is None:
+            got = key_of(raw)
+        key = got[0]
+        value = entry[1]
+        if type(key) is commit_key:
+            canon = got[1]
+            if canon in seen:
+                return f"two raw keys for {key}"
+            seen.add(canon)
+            if value is None or entry[2]:
+                offsets.pop(canon, None)
+            if value is not None:
+                offsets[canon] = (entry[0], value)
+        elif type(key) is group_key:
+            group = key.group
+            if group in seen:
+                return f"two raw keys for group {group!r}"
+            seen.add(group)
+            if value is None or entry[2]:
+                groups.pop(group, None)
+            if value is not None:
+                groups[group] = value
+        else:
+            return str(key)
+    return None
 
 
 # --- the pipeline's offset rows ---------------------------------------------------------------

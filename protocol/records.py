@@ -604,6 +604,15 @@ def compiled_offsets_scan() -> Callable[..., tuple[int, int, int, int]] | None:
     return scan
 
 
+def compiled_offsets_fold() -> Callable[..., str | None] | None:
+    """The compiled fold of what the replay scan took (``fold_offsets`` in
+    ``protocol/_recwalk.pyx``), or None when it was not built or is switched off."""
+    if _compiled is None or not _use_compiled:
+        return None
+    fold: Callable[..., str | None] = _compiled.fold_offsets
+    return fold
+
+
 def compiled_offset_rows() -> Callable[[], Any] | None:
     """The compiled builder of the pipeline's offset rows (``OffsetRows`` in
     ``protocol/_recwalk.pyx``; pipeline/decode.py makes the rows it leaves), or None when it was

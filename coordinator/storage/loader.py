@@ -21,7 +21,7 @@ on as ``pending`` per producer id: the transaction coordinator ends those transa
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from msgspec import Struct, field
 from rallypoint.protocol.consumer_group_records import is_consumer_record_type
@@ -38,7 +38,13 @@ from rallypoint.protocol.offsets_schema import (
     decode_offset_commit_value,
     encode_offset_commit_key,
 )
-from rallypoint.protocol.records import CONTROL_COMMIT, RecordBatch, compiled_offsets_scan, control_type
+from rallypoint.protocol.records import (
+    CONTROL_COMMIT,
+    RecordBatch,
+    compiled_offsets_fold,
+    compiled_offsets_scan,
+    control_type,
+)
 from rallypoint.protocol.share_group_records import is_share_record_type
 
 from .segments import BatchScan
@@ -100,12 +106,14 @@ class StateBuilder:
         self.last: dict[bytes, tuple[int, bytes | None, bool]] = {}
         self.others: list[tuple[bytes, bytes | None]] = []
         self.fast_records = 0
+        self._compiled_fold: Callable[..., str | None] | None = None
 
     def scanner(self) -> BatchScan | None:
         """The compiled replay scan filling this builder (FastSink), or None."""
-        scan = compiled_offsets_scan()
-        if scan is None:
+        scan, fold = compiled_offsets_scan(), compiled_offsets_fold()
+        if scan is None or fold is None:
             return None
+        self._compiled_fold = fold
 
         def bound(segment: mmap.mmap, pos: int, expected: int) -> tuple[int, int, int, int]:
             # the current containers: _fold swaps in new ones
@@ -125,28 +133,18 @@ class StateBuilder:
         self.fast_records = 0
         last, others = self.last, self.others
         self.last, self.others = {}, []
-        seen: set[bytes | str] = set()
-        offsets, groups = self._offsets, self._groups
-        for raw, (base, value, reset) in last.items():
-            key, canon = self._key(raw)
-            if type(key) is OffsetCommitKey:
-                if canon in seen:
-                    raise ReplayRedo(f"two raw keys for {key}")
-                seen.add(canon)
-                if value is None or reset:
-                    offsets.pop(canon, None)
-                if value is not None:
-                    offsets[canon] = (base, value)
-            elif type(key) is GroupMetadataKey:
-                if key.group in seen:
-                    raise ReplayRedo(f"two raw keys for group {key.group!r}")
-                seen.add(key.group)
-                if value is None or reset:
-                    groups.pop(key.group, None)
-                if value is not None:
-                    groups[key.group] = value
-            else:
-                raise ReplayRedo(str(key))
+        # For each raw key, in ``last``'s order (compiled: ``fold_offsets``; :meth:`scanner` only
+        # hands out the scan together with it): its decoded key (``_key``, cached); an offset
+        # commit sets or, after a tombstone, drops ``_offsets[canonical bytes]``, a group record
+        # ``_groups[group id]``; a second raw key for one key, or a key that is neither, is
+        # ReplayRedo.
+        if last:
+            assert self._compiled_fold is not None
+            redo = self._compiled_fold(
+                last, self._keys, self._key, OffsetCommitKey, GroupMetadataKey, self._offsets, self._groups
+            )
+            if redo is not None:
+                raise ReplayRedo(redo)
         for raw, value in others:
             key = self._key(raw)[0]
             if type(key) is not UnknownKey:
