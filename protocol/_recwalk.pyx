@@ -284,33 +284,27 @@ def fold_offsets(dict last, dict keys, object key_of, object commit_key, object 
     raw keys for one key, or a key that is neither)."""
     cdef set seen = set()
     cdef tuple entry, got
-    cdef object raw, key, canon, value, group
+    cdef dict target
+    cdef object raw, key, ident, value
     for raw, entry in last.items():
         got = keys.get(raw)
         if got is None:
             got = key_of(raw)
         key = got[0]
-        value = entry[1]
         if type(key) is commit_key:
-            canon = got[1]
-            if canon in seen:
-                return f"two raw keys for {key}"
-            seen.add(canon)
-            if value is None or entry[2]:
-                offsets.pop(canon, None)
-            if value is not None:
-                offsets[canon] = (entry[0], value)
+            ident, target = got[1], offsets  # canonical bytes
         elif type(key) is group_key:
-            group = key.group
-            if group in seen:
-                return f"two raw keys for group {group!r}"
-            seen.add(group)
-            if value is None or entry[2]:
-                groups.pop(group, None)
-            if value is not None:
-                groups[group] = value
+            ident, target = key.group, groups
         else:
             return str(key)
+        if ident in seen:
+            return f"two raw keys for {key}" if target is offsets else f"two raw keys for group {ident!r}"
+        seen.add(ident)
+        value = entry[1]
+        if value is None or entry[2]:
+            target.pop(ident, None)
+        if value is not None:
+            target[ident] = (entry[0], value) if target is offsets else value
     return None
 
 
