@@ -581,12 +581,13 @@ FILES_ARROW = pa.struct(
 )
 
 
-STAGED_ARROW = pa.schema([("bin", pa.int32()), ("rows", pa.int64())])
+BINS_ARROW = pa.schema([("bin", pa.int32()), ("files", pa.list_(FILES_ARROW))])  # staging_writer's input
+STAGED_ARROW = pa.schema([("bin", pa.int32()), ("rows", pa.int64())])  # ... and output
 
 
 def staging_writer(staging: str) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow function writing Parquet itself: input rows hold a ``bin`` number and its
-    ``files`` (FILES_ARROW); the task decodes them into ``<staging>/part-<bin>.parquet``
+    """mapInArrow function writing Parquet itself: input rows (:data:`BINS_ARROW`) hold a
+    ``bin`` number and its ``files``; the task decodes them into ``<staging>/part-<bin>.parquet``
     (:data:`ARROW_SCHEMA`) and yields one row of :data:`STAGED_ARROW`.  Spark then reads the
     directory with its own Parquet reader.  Handing the rows to Spark instead made the JVM turn
     every Arrow batch into rows and write them again, some 6 times the decode's own cost

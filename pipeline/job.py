@@ -97,10 +97,10 @@ def spark_schema() -> Any:
     return from_arrow_schema(decode.ARROW_SCHEMA)
 
 
-def stage_decoded(spark: SparkSession, files: list[decode.SegmentFile], staging: Path) -> int:
+def stage_decoded(spark: SparkSession, files: list[decode.SegmentFile], staging: Path) -> None:
     """Decode ``files`` in the tasks, each bin of files into a Parquet file of ``staging``
-    (decode.staging_writer); the number of rows written.  An input without files leaves one
-    empty file, so that the directory reads as an empty table."""
+    (decode.staging_writer).  An input without files leaves one empty file, so that the
+    directory reads as an empty table."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -110,17 +110,16 @@ def stage_decoded(spark: SparkSession, files: list[decode.SegmentFile], staging:
     bins = decode.bin_files(files, bins=4 * parallelism)
     if not bins:
         pq.write_table(pa.Table.from_batches([], schema=decode.ARROW_SCHEMA), staging / "part-empty.parquet")
-        return 0
-    in_schema = from_arrow_schema(pa.schema([("bin", pa.int32()), ("files", pa.list_(decode.FILES_ARROW))]))
+        return
     rows = [
         (i, [(f.broker, f.log_partition, f.base_offset, f.path, f.size, f.is_last) for f in b])
         for i, b in enumerate(bins)
     ]
     rdd = spark.sparkContext.parallelize(rows, len(rows))  # one bin per task
-    written = spark.createDataFrame(rdd, in_schema).mapInArrow(
+    written = spark.createDataFrame(rdd, from_arrow_schema(decode.BINS_ARROW)).mapInArrow(
         decode.staging_writer(str(staging)), from_arrow_schema(decode.STAGED_ARROW)
     )
-    return sum(int(r["rows"]) for r in written.collect())
+    written.collect()  # runs the tasks: a row count per bin comes back
 
 
 def small_frames(

@@ -334,7 +334,7 @@ def test_the_staging_writer_writes_each_bin_once_as_the_decoder_decodes_it(tmp_p
     staging.mkdir()
     batch = pa.RecordBatch.from_pylist(
         [{"bin": i, "files": [dataclasses.asdict(f) for f in b]} for i, b in enumerate(bins)],
-        schema=pa.schema([("bin", pa.int32()), ("files", pa.list_(decode.FILES_ARROW))]),
+        schema=decode.BINS_ARROW,
     )
     write = decode.staging_writer(str(staging))
     for _ in range(2):  # a task run again rewrites its file
