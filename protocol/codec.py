@@ -339,10 +339,12 @@ class Encoded:
     that never change: a handler may cache one and return it; :func:`encode_response` frames
     it as it is.  Tests pin such bodies to what the generic encoder makes of the same answer."""
 
-    __slots__ = ("body",)
+    __slots__ = ("body", "errors")
 
     def __init__(self, body: bytes) -> None:
         self.body = body
+        # its non-zero error codes, filled by the first reader that needs them (the request log)
+        self.errors: tuple[int, ...] | None = None
 
 
 def encode_body(api_key: int, version: int, data: Mapping[str, Any]) -> Encoded:

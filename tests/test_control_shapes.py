@@ -258,6 +258,22 @@ def test_error_codes_reads_dicts_and_messages() -> None:
     assert shapes.error_codes(15, 5, msg) == (69,)
     fetch = {"error_code": 0, "responses": [{"topic": "t", "partitions": [{"error_code": 1, "records": b"x"}]}]}
     assert shapes.error_codes(1, 12, fetch) == (1,)
+    # a dict holding codec messages, and codes at several levels: read in the schema's order
+    nested = codec.build_response(8, 9, {"topics": [{"name": "t", "partitions": [{"error_code": 22}]}]}).topics
+    assert shapes.error_codes(8, 9, {"topics": [*nested, {"partitions": [{"error_code": 25}]}]}) == (22, 25)
+    of = {"topics": [{"partitions": [{"error_code": 3}]}], "error_code": 16}
+    assert shapes.error_codes(9, 5, of) == (3, 16)  # v5: topics come before the top-level code
+
+
+def test_error_codes_of_a_cached_encoded_answer_are_read_once() -> None:
+    """A pre-encoded answer (ApiVersions, Metadata) is decoded for its codes the first time only."""
+    answer = codec.encode_body(3, 4, {"topics": [{"name": "gone", "error_code": 3}, {"name": "ok"}]})
+    assert answer.errors is None
+    assert shapes.error_codes(3, 4, answer) == (3,)
+    assert answer.errors == (3,)
+    answer.errors = (99,)  # kept with it: not decoded again
+    assert shapes.error_codes(3, 4, answer) == (99,)
+    assert shapes.error_codes(18, 2, codec.encode_body(18, 2, {"error_code": 0})) == ()
 
 
 @pytest.mark.parametrize("version", [0, 1, 2])

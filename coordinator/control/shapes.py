@@ -467,16 +467,35 @@ def as_message(api_key: int, version: int, body: Mapping[str, Any] | Any) -> Any
 
 
 def error_codes(api_key: int, version: int, response: Mapping[str, Any] | Any) -> tuple[int, ...]:
-    """Every non-zero ``error_code`` in a handler's answer (a dict or a codec message), in order.
+    """Every non-zero ``error_code`` in a handler's answer (a dict, a codec message or a cached
+    encoded answer), in the order of the answer's schema.
 
     On the path of every request (the request log): an answer whose schema has its only error
-    code at the top level (Heartbeat, JoinGroup, SyncGroup ...) is read with one lookup."""
-    if type(response) is dict and _flat(api_key, version):
-        code = response.get("error_code")
-        # `code != 0`, not `if code`: truth-testing an IntEnum member runs Python code
-        return (int(code),) if code is not None and code != 0 else ()
+    code at the top level (Heartbeat, JoinGroup, SyncGroup ...) is read with one lookup; other
+    answers are read along the schema's paths to its error codes only (:func:`_code_paths`),
+    not every field; a cached encoded answer's codes are read once and kept with it."""
+    t = type(response)
+    if t is dict:
+        if _flat(api_key, version):
+            code = response.get("error_code")
+            # `code != 0`, not `if code`: truth-testing an IntEnum member runs Python code
+            return (int(code),) if code is not None and code != 0 else ()
+        try:
+            cls: type | None = codec.response_class(api_key, version)
+        except codec.UnknownVersion:
+            cls = None
+    elif isinstance(response, codec.Encoded):
+        known = response.errors
+        if known is None:
+            known = response.errors = error_codes(api_key, version, as_message(api_key, version, response))
+        return known
+    else:
+        cls = t if hasattr(t, "__dataclass_fields__") else None
     out: list[int] = []
-    _codes(response, out)
+    if cls is not None:
+        _codes_along(response, cls, out)
+    else:
+        _codes(response, out)
     return tuple(out) if out else ()
 
 
@@ -532,3 +551,41 @@ def _codes(obj: Any, out: list[int]) -> None:
                     _codes(item, out)
         else:
             _codes(value, out)
+
+
+@functools.cache
+def _code_paths(cls: type) -> tuple[tuple[str, Any], ...]:
+    """The fields of ``cls`` that hold error codes: ``(name, None)`` for its own error code,
+    ``(name, nested class)`` for a struct (or array of structs) that holds some; schema order."""
+    return tuple(
+        (name, nested)
+        for name, (_kt, nested) in _fields(cls).items()
+        if (nested is None and name == "error_code") or (nested is not None and _nested_codes(nested))
+    )
+
+
+def _codes_along(obj: Any, cls: type, out: list[int]) -> None:
+    """:func:`_codes` for an answer of schema ``cls``, visiting only the paths to error codes."""
+    if type(obj) is dict:
+        get = obj.get
+    elif hasattr(type(obj), "__dataclass_fields__"):
+        cls = type(obj)
+        get = functools.partial(getattr, obj)
+    else:
+        _codes(obj, out)  # some other mapping: read it all
+        return
+    for name, nested in _code_paths(cls):
+        try:
+            value = get(name)
+        except AttributeError:
+            continue
+        if value is None:
+            continue
+        if nested is None:
+            if value != 0:
+                out.append(int(value))
+        elif type(value) is list or type(value) is tuple:
+            for item in value:
+                _codes_along(item, nested, out)
+        else:
+            _codes_along(value, nested, out)
