@@ -309,98 +309,123 @@ changed (before/after figures are the side-by-side rows of this document's histo
    partition of the pipeline section's log, same process, the Python loop and the compiled
    one alternating six times each: 31.9 → 36.5 MiB/s (medians). `tests/test_replay_scan.py`
    holds the state, order, errors and repairs to the Python reader's.
+26. **Instruction counts as the A/B measure** (`bench/instructions.py`): requests/s on this
+   shared machine move by ±10 % between runs of the same code, interleaved, and by 1.7× between
+   hours (items 23--25), so a change worth a few per cent could not be told from noise. The tool
+   runs the broker under valgrind's callgrind, warms it up with the row's requests, then counts
+   the broker's instructions for exactly N more: the same code gives the same count to about
+   0.1 % (tested), whatever else the machine does. It leaves out the kernel's share of socket
+   calls, and under valgrind every connection has all its requests buffered, so it judges the
+   request path, not the event loop's waiting. At 4×8: ApiVersions 79.0k, Heartbeat (Stable)
+   122.3k, OffsetFetch 208.7k instructions per request before item 27. Measured with it and not
+   adopted: answers pending on a connection sent only when a handler actually waits (no flush
+   callback per batch of answers): −1.6 % at 16×1, +0.9 % at 4×8.
+27. **The request log reads error codes along the schema** (`coordinator/control/shapes.py`):
+   every answer's non-zero error codes go into the request log; answers with nested codes were
+   walked field by field, and a cached encoded answer (ApiVersions, Metadata) took three type
+   checks, one of them an ABC `isinstance`, per request. Now the paths to error codes are
+   worked out once per schema and only they are visited, and a cached answer's codes are read
+   once and kept with it. 4×8, instructions per request: ApiVersions 79.0k → 73.4k (−7 %),
+   OffsetFetch 208.7k → 207.4k (−0.6 %).
+28. **OffsetFetch reads the partitions it names** (`coordinator/groups/offsets.py`,
+   `timeline.py`): a fetch naming partitions built the whole group's readable offsets first
+   (every committed partition of the group, per request), then picked the named ones; now it
+   looks each named one up. The benchmark's groups hold no offsets, so its rows do not show
+   it; in-process, the offsets part of a fetch naming 10 partitions of a group that has 10 /
+   1,000 / 10,000 committed: 4.1 / 271 / 2,719 µs before, 1.8 / 1.5 / 1.5 µs now.
 
 ## Where the targets stand, and what limits them
 
-The side-by-side hot-path table is the yardstick (librdkafka's C mock in the same run). At one
-connection with one request in flight rallypoint is at 0.4–0.7× the mock for requests that do
-little work (ApiVersions, Metadata, Heartbeat; the spread is between runs) and at 0.4–0.5× for
-ApiVersions at 4×8; with many connections the mock, a C loop, answers 100k–190k requests/s,
-and the gap widens to 0.06–0.3× for the group requests. What limits rallypoint is CPU on one event loop, not I/O:
-under every concurrent row the broker process sits at 100 % of one core while the load
-generator has the other. Measured per request (py-spy and cProfile, 4 connections × 8 in
-flight, after the changes above):
+The side-by-side hot-path table is the yardstick (librdkafka's C mock in the same run). This
+document's figures were measured in one hour of a fast phase of the machine (the previous
+document's in a phase about 1.7 times slower: both sides move, the ratios less so). At one
+connection with one request in flight rallypoint is at 0.45–0.71× the mock; at 4×8 and 16×16
+ApiVersions is at 0.70–0.82× and Metadata at 0.54–0.56×, Heartbeat at 0.41–0.45×, OffsetFetch
+at 0.27× and OffsetCommit at 0.12–0.15×. What limits rallypoint is CPU on one event loop, not
+I/O: under every concurrent row the broker process sits at 100 % of one core while the load
+generator has the other, and the mock, a C loop, answers 110k–135k requests/s.
 
-- **ApiVersions** (a cached answer): about 15 µs of CPU per request -- half in the request
-  path (header, decode, request log, framing), half in asyncio streams and the event loop
-  (read, wake-up, write). 0.5× the mock at 16×16 means about 80k requests/s, 12 µs each: below
-  what one CPython event loop spends on a request that does nothing.
-- **Heartbeat** (Stable group): about 30--40 µs; on top of that path, the classic group
-  machine (generation and member checks, the member's session deadline; since item 23 no
-  timer effect).
-- **OffsetCommit** (`flush=never`): about 110 µs before item 21 (which took the handler,
-  machine and log part from about 60 to 41 µs). The group runtime and machine with the
-  offsets log hold about half (validation, the `__consumer_offsets` record encoded and written
-  with its own batch and CRC, the write acknowledged as an event, the answer made from the
-  result); decoding about 10 %, encoding 4 %, the request log about 5 %. Kafka's semantics are
-  the work: the mock acknowledges an OffsetCommit without writing anything.
-- **OffsetFetch**: about 70 µs, mostly the group machine's checks and per-partition lookup.
+Where the CPU goes. Broker CPU per request at 4×8 (process CPU time over requests answered):
+ApiVersions about 11 µs, Heartbeat 14--17 µs, OffsetFetch 27--30 µs, OffsetCommit
+(`flush=never`) 56--59 µs; broker instructions per request (item 26): ApiVersions 73k,
+Heartbeat (Stable) 122k, OffsetFetch 207k. Not the sockets: a trivial server answering a
+fixed frame on the same machine and load generator, with asyncio streams and the answers of
+a batch coalesced into one write as rallypoint does, answers 264k (4×8) and 486k (16×16)
+requests/s, 2--3 µs per request; the same as an asyncio `Protocol` 578k and 857k. So streams
+cost about 1 µs of a request's 11--59 µs, and moving the hot path to a `Protocol` (one of the
+issue's candidates) would buy a few per cent; the rest is the request path in Python: the
+header and body decoded into kio's message classes, the request context, the request log
+entry with the answer's error codes, the handler and the group machine's checks (generation,
+member, session deadline; for OffsetFetch the per-partition lookup and result objects), the
+answer encoded and framed. For OffsetCommit, add the `__consumer_offsets` record encoded, a
+batch with its CRC built and written (a `write` per request at `flush=never`), the write
+acknowledged as an event and the answer made from the result: Kafka's semantics are the
+work, while the mock acknowledges an OffsetCommit without writing anything.
 
 Each target, the figure this document holds, and what stands in the way:
 
-- every hot-path row ≥ 0.5× the mock: met at 1×1 for ApiVersions, Heartbeat from an unknown
-  member and OffsetFetch in this document's run (0.60×, 0.50×, 0.77×; the mock's OffsetFetch
-  rows were low in this run); Metadata and Heartbeat at 1×1 have reached it in earlier runs,
-  0.36–0.43× in this one; 0.06–0.4× elsewhere -- one event loop's CPU per request (above).
-  This run was made while the machine ran about 1.7 times slower than in the runs before it
-  (the same code measured so, interleaved; item 23): the side-by-side section's heartbeat row,
-  for one, measured 21k round trips/s here and 34.6k in the previous document, and the code
-  before item 23 measured 22--29k in the same hour;
-- durable commits through the broker ≥ 20,000 partition-commits/s with 50 connections: at
-  the target when each OffsetCommit carries the partitions a consumer owns (10 per request:
-  the offsets-log section's partition-commits row, 23.5k in this document's run; medians of
-  17.1k--22.2k in four earlier runs, as the machine's speed moved); with one partition per request
-  the figure is the request rate, a few thousand per second -- the fsync is shared across
-  connections and partitions (item 13), the per-request CPU is not;
-- offsets-log replay ≥ 100 MiB/s: met on the offsets-log section's log -- 176 MiB/s (item 15),
-  a log of commits to few keys, as a busy group's partition is. Not on every log: the
+- every hot-path row ≥ 0.5× the mock: met at 1×1 for every row but OffsetCommit (0.45×), and
+  at every level for ApiVersions and Metadata; not met at 4×8 and 16×16 for Heartbeat
+  (0.41--0.45×), OffsetFetch (0.27×) and OffsetCommit (0.12--0.15×) -- one event loop's CPU
+  per request (above);
+- durable commits through the broker ≥ 20,000 partition-commits/s with 50 connections: met
+  when each OffsetCommit carries the partitions a consumer owns (10 per request: 36.7k in the
+  offsets-log section); with one partition per request the figure is the request rate, 5--10k
+  per second -- the fsync is shared across connections and partitions (item 13), the
+  per-request CPU is not;
+- offsets-log replay ≥ 100 MiB/s: met on the offsets-log section's log -- 293 MiB/s (item
+  15), a log of commits to few keys, as a busy group's partition is. Not on every log: the
   pipeline section's synthetic log (400 groups, 128 partitions each, 2 % of commits in
-  transactions) replays at 21--37 MiB/s (items 20 and 25). Each transaction's marker ends a run of the
-  compiled scan, and folding a run stores every key it touched, so the cost follows keys
-  touched per run, not bytes: of one 25 MiB partition's 0.8 s before item 25, the scan took
-  0.2, the folds 0.45 (1,800 keys each, 176 of them), decoding the last values 0.13; compiled,
-  the folds still pay a dictionary update per key touched. A log of transactional or
-  compressed batches only is read by the Python reader, at about 15 MiB/s;
-- pipeline decode ≥ 30 MiB/s: met in one process -- 64--73 MiB/s on the pipeline section's log
-  (item 18; about 31 MiB/s on a log dense in group records, whose members are decoded in
-  Python);
-- Spark ≥ 1× one process on large logs: not met -- Spark's decode stage runs at 0.48× the
-  single process (item 24; 0.17× before it): on 2 cores each task decodes its bins and writes
-  them as Parquet (the write costs about 0.6 of the decode), behind the start of Spark's
-  Python workers (before item 18 the ratio was 0.94×, with both sides limited by decoding in
-  Python);
-- `rallypoint report` on a small log ≤ 20 s: not met -- 24 s in the run before this document's,
-  30 s in its run, while the machine ran slow (item 19). What remains is the
-  JVM: starting it and the SparkSession (5--8 s), loading classes from Spark's 280 jars on
-  first use (the main thread's Java samples sit in jar lookups), and planning some 30 queries
-  in a cold JVM. Measured but not adopted: a dynamic class-data-sharing archive of the driver
-  JVM cut the SparkSession start from 5.6 to 3.3 s and a run to about 19 s, but the archive is
-  190 MB per user, is written at the JVM's exit (the first run pays), and needs the
-  configuration directory off the class path;
-- start-up to first answer ≤ 250 ms: met when the machine runs at its usual speed -- 233 ms
-  in the start-up section's last run, 304 ms in a run while the machine was slow (the code
-  before item 21 measured 449--506 ms in that hour). Item 21 took the broker's imports from
-  348 to 123 ms; what remains is the interpreter with asyncio, uvloop, structlog and kio
-  (about 100 ms), rallypoint's own modules, and building and starting the broker (about
-  35 ms, most of it the control plane and the offsets log's 50 partitions);
-- 1,000-member rebalance ≤ 200 ms of coordinator time: met -- the coordinator alone takes about
-  25 ms for the first generation and 30 ms for a rebalance (its own section; item 21); the rebalance
-  section's wall time adds the request path of some 3,000 requests and the 1,000 raw clients
-  on the same 2 cores;
-- ≤ 1 KiB RSS per Stable member: met -- 763 bytes (items 16, 22 and 23): what a member holds
+  transactions) replays at 39 MiB/s in this document's run (21--37 MiB/s in the runs of items
+  20 and 25). Each transaction's
+  marker ends a run of the compiled scan, and folding a run stores every key it touched, so
+  the cost follows keys touched per run, not bytes: of one 25 MiB partition's 0.8 s before
+  item 25, the scan took 0.2, the folds 0.45 (1,800 keys each, 176 of them), decoding the last
+  values 0.13; compiled, the folds still pay a dictionary update per key touched. A log of
+  transactional or compressed batches only is read by the Python reader, at about 15 MiB/s;
+- pipeline decode ≥ 30 MiB/s: met in one process -- 93 MiB/s (1.47M records/s) on the
+  pipeline section's log (item 18; about 31 MiB/s on a log dense in group records, whose
+  members are decoded in Python);
+- Spark ≥ 1× one process on large logs: not met -- Spark's decode stage ran at 0.34× the
+  single process in this document's run (0.48× in the previous one, 0.17× before item 24;
+  the single process gained more from the machine's fast hour than Spark did): on 2 cores
+  each task decodes its bins and writes them as Parquet (the write costs about 0.6 of the
+  decode), behind the start of Spark's Python workers (before item 18 the ratio was 0.94×,
+  with both sides limited by decoding in Python);
+- `rallypoint report` on a small log ≤ 20 s: met in this document's run, on the edge -- a
+  median of 19.8 s (17.7--23.2 s, three runs), against 24 s and 30 s in earlier documents'
+  runs while the machine ran at its usual and at its slow speed (item 19); not met on a
+  slower hour. What remains is the JVM: starting it and the SparkSession (5--8 s), loading
+  classes from Spark's 280 jars on first use (the main thread's Java samples sit in jar
+  lookups), and planning some 30 queries in a cold JVM. Measured but not adopted: a dynamic
+  class-data-sharing archive of the driver JVM cut the SparkSession start from 5.6 to 3.3 s
+  and a run to about 19 s (on a usual hour), but the archive is 190 MB per user, is written
+  at the JVM's exit (the first run pays), and needs the configuration directory off the
+  class path;
+- start-up to first answer ≤ 250 ms: met -- 165 ms (its section; 233 ms in the previous
+  document, 304 ms in a run while the machine was slow). Item 21 took the broker's imports
+  from 348 to 123 ms; what remains is the interpreter with asyncio, uvloop, structlog and kio
+  (about 100 ms), rallypoint's own modules, and building and starting the broker (about 35
+  ms, most of it the control plane and the offsets log's 50 partitions);
+- 1,000-member rebalance ≤ 200 ms of coordinator time: met -- the coordinator alone takes
+  about 19 ms for the first generation and 21 ms for a rebalance (its own section; item 21);
+  the rebalance section's wall time (171 and 133 ms) adds the request path of some 3,000
+  requests and the 1,000 raw clients on the same 2 cores;
+- ≤ 1 KiB RSS per Stable member: met -- 765 bytes (items 16, 22 and 23): what a member holds
   that Kafka's Java coordinator also holds (its object, id, metadata, assignment, its session
   deadline) plus the last durable group record per member, in CPython objects, the
   allocator's overhead on them, and the control plane's bounded request log and per-group
   history.
 
-One event loop cannot reach the 0.5× target on these rows. Spreading connections over
-several processes would need the group state sharded by `__consumer_offsets` partition with
-a process per shard (the sans-IO machines allow it; connections would be handed to the
-process owning their group's partition) -- not done: a test broker's other requirements
-(one process that starts in a fraction of a second, one control plane, several brokers in it)
-weigh more than a multiple of a synthetic request rate that real clients' tests do not come
-near. The other targets are in their own sections (durable commits, replay: the offsets-log
-section; start-up, memory: theirs).
+One event loop cannot reach the 0.5× target on the Heartbeat, OffsetFetch and OffsetCommit
+rows under concurrency. Spreading connections over several processes would need the group
+state sharded by `__consumer_offsets` partition with a process per shard (the sans-IO
+machines allow it; connections would be handed to the process owning their group's
+partition) -- not done: a test broker's other requirements (one process that starts in a
+fraction of a second, one control plane, several brokers in it) weigh more than a multiple
+of a synthetic request rate that real clients' tests do not come near. The other targets
+are in their own sections (durable commits, replay: the offsets-log section; start-up,
+memory: theirs).
 """
 
 

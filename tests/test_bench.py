@@ -102,3 +102,38 @@ def test_coordinator_time_bench_brings_the_group_through_two_generations() -> No
 
     first, again = coordinator_time(20)
     assert first > 0 and again > 0
+
+
+def test_instruction_totals_are_read_from_callgrind_output() -> None:
+    from bench.instructions import parse_total
+
+    text = "version: 1\ncmd: python\nevents: Ir\nfn=main\n12 34\nsummary: 123456\ntotals: 123456\n"
+    assert parse_total(text) == 123456
+    assert parse_total("summary: 10\n" + "summary: 250\n") == 250  # one file per thread: the largest
+    with pytest.raises(ValueError):
+        parse_total("events: Ir\n")
+
+
+@pytest.mark.slow
+def test_instruction_counts_repeat() -> None:
+    """bench.instructions is the A/B measure for request-path changes: the same code must give
+    the same count (to a per cent) in two runs, and a count a request's work could take."""
+
+    argv = [sys.executable, "-m", "bench.instructions", "ApiVersions", "--level", "2x2", "--requests", "300"]
+
+    def count() -> float:
+        proc = subprocess.run(
+            [*argv, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=ROOT,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        result = json.loads(proc.stdout)
+        assert result["requests"] == 300 and result["level"] == "2x2"
+        return float(result["instructions_per_request"])
+
+    first, second = count(), count()
+    assert 5_000 < first < 5_000_000
+    assert abs(first - second) / first < 0.01, (first, second)

@@ -309,9 +309,10 @@ class OffsetsManager(Generic[G]):
         # What the log acknowledged (Kafka reads at the last committed offset), less offsets
         # being deleted.  RequireStable: a partition with a pending transactional offset is
         # UNSTABLE_OFFSET_COMMIT (docs/transactions.md, "Transactional offsets").
-        offsets = self.ctx.timeline.readable_offsets(req.group_id)
+        timeline = self.ctx.timeline
         unstable = self._open_transactions(req.group_id) if require_stable and self.txn_pending else set()
         if req.topics is None:
+            offsets = timeline.readable_offsets(req.group_id)
             by_topic: dict[str, list[OffsetFetchPartition]] = {}
             for (topic, part), v in offsets.items():
                 if (topic, part) in unstable:
@@ -328,7 +329,8 @@ class OffsetsManager(Generic[G]):
             out = []
             asked = ids.get(name)
             for p in parts:
-                c = offsets.get((name, p))
+                # the named partitions only: a group's other committed partitions are not read
+                c = timeline.readable_offset(req.group_id, (name, p))
                 if c is not None and asked is not None and c.topic_id is not None and c.topic_id != asked:
                     c = None  # committed for another topic of that name (deleted and recreated)
                 if (name, p) in unstable:

@@ -174,6 +174,17 @@ class Timeline:
                 out[tp] = versions.committed
         return out
 
+    def readable_offset(self, group_id: str, tp: TopicPartition) -> OffsetCommitValue | None:
+        """:meth:`readable_offsets` of one partition, without reading the group's others."""
+        by_tp = self._offsets.get(group_id)
+        versions = None if by_tp is None else by_tp.get(tp)
+        if versions is None or versions.committed is None:
+            return None
+        for _w, v in versions.pending:
+            if v is None:
+                return None
+        return versions.committed
+
     def pending_writes(self, group_id: str) -> set[int]:
         """Writes of this group's offsets the log has not answered yet."""
         return {w for versions in self._offsets.get(group_id, {}).values() for w, _ in versions.pending}
