@@ -348,7 +348,7 @@ generator has the other, and the mock, a C loop, answers 110k–135k requests/s.
 Where the CPU goes. Broker CPU per request at 4×8 (process CPU time over requests answered):
 ApiVersions about 11 µs, Heartbeat 14--17 µs, OffsetFetch 27--30 µs, OffsetCommit
 (`flush=never`) 56--59 µs; broker instructions per request (item 26): ApiVersions 73k,
-Heartbeat (Stable) 122k, OffsetFetch 207k. Not the sockets: a trivial server answering a
+Heartbeat (Stable) 122k, OffsetFetch 205k. Not the sockets: a trivial server answering a
 fixed frame on the same machine and load generator, with asyncio streams and the answers of
 a batch coalesced into one write as rallypoint does, answers 264k (4×8) and 486k (16×16)
 requests/s, 2--3 µs per request; the same as an asyncio `Protocol` 578k and 857k. So streams

@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from msgspec import Struct
@@ -474,28 +474,21 @@ def error_codes(api_key: int, version: int, response: Mapping[str, Any] | Any) -
     code at the top level (Heartbeat, JoinGroup, SyncGroup ...) is read with one lookup; other
     answers are read along the schema's paths to its error codes only (:func:`_code_paths`),
     not every field; a cached encoded answer's codes are read once and kept with it."""
-    t = type(response)
-    if t is dict:
-        if _flat(api_key, version):
-            code = response.get("error_code")
-            # `code != 0`, not `if code`: truth-testing an IntEnum member runs Python code
-            return (int(code),) if code is not None and code != 0 else ()
-        try:
-            cls: type | None = codec.response_class(api_key, version)
-        except codec.UnknownVersion:
-            cls = None
-    elif isinstance(response, codec.Encoded):
+    if type(response) is dict and _flat(api_key, version):
+        code = response.get("error_code")
+        # `code != 0`, not `if code`: truth-testing an IntEnum member runs Python code
+        return (int(code),) if code is not None and code != 0 else ()
+    if isinstance(response, codec.Encoded):
         known = response.errors
         if known is None:
             known = response.errors = error_codes(api_key, version, as_message(api_key, version, response))
         return known
-    else:
-        cls = t if hasattr(t, "__dataclass_fields__") else None
+    try:
+        cls = codec.response_class(api_key, version)
+    except codec.UnknownVersion:
+        return ()
     out: list[int] = []
-    if cls is not None:
-        _codes_along(response, cls, out)
-    else:
-        _codes(response, out)
+    _codes_along(response, cls, out)
     return tuple(out) if out else ()
 
 
@@ -525,34 +518,6 @@ def _nested_codes(cls: type) -> bool:
     )
 
 
-_LEAVES: Final = frozenset({int, str, bytes, bool, float, type(None), uuid.UUID})
-
-
-def _codes(obj: Any, out: list[int]) -> None:
-    if type(obj) is dict:
-        items: Iterable[tuple[str, Any]] = obj.items()
-    elif hasattr(type(obj), "__dataclass_fields__"):
-        items = ((name, getattr(obj, name)) for name in _fields(obj.__class__))
-    elif isinstance(obj, Mapping):
-        items = obj.items()
-    else:
-        return
-    for key, value in items:
-        if key == "error_code":
-            if value is not None and value != 0:
-                out.append(int(value))
-            continue
-        t = type(value)
-        if t in _LEAVES:
-            continue
-        if t is list or t is tuple:
-            for item in value:
-                if type(item) not in _LEAVES:
-                    _codes(item, out)
-        else:
-            _codes(value, out)
-
-
 @functools.cache
 def _code_paths(cls: type) -> tuple[tuple[str, Any], ...]:
     """The fields of ``cls`` that hold error codes: ``(name, None)`` for its own error code,
@@ -565,20 +530,16 @@ def _code_paths(cls: type) -> tuple[tuple[str, Any], ...]:
 
 
 def _codes_along(obj: Any, cls: type, out: list[int]) -> None:
-    """:func:`_codes` for an answer of schema ``cls``, visiting only the paths to error codes."""
-    if type(obj) is dict:
-        get = obj.get
-    elif hasattr(type(obj), "__dataclass_fields__"):
-        cls = type(obj)
-        get = functools.partial(getattr, obj)
-    else:
-        _codes(obj, out)  # some other mapping: read it all
+    """The non-zero error codes of ``obj`` (a dict, another mapping or a codec message of
+    schema ``cls``), visiting only the paths to them; schema order."""
+    t = type(obj)
+    message = t is not dict and hasattr(t, "__dataclass_fields__")
+    if message:
+        cls = t
+    elif t is not dict and not isinstance(obj, Mapping):
         return
     for name, nested in _code_paths(cls):
-        try:
-            value = get(name)
-        except AttributeError:
-            continue
+        value = getattr(obj, name, None) if message else obj.get(name)
         if value is None:
             continue
         if nested is None:

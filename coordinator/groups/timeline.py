@@ -62,6 +62,14 @@ class _Versions(Struct, Generic[V], gc=False):
         return self.committed is None and not self.pending
 
 
+def _readable(versions: _Versions[OffsetCommitValue]) -> OffsetCommitValue | None:
+    """What OffsetFetch sees of one partition: the acknowledged value, unless a deletion of it
+    is appended and not yet acknowledged."""
+    if versions.committed is None or any(v is None for _w, v in versions.pending):
+        return None
+    return versions.committed
+
+
 class Timeline:
     def __init__(self) -> None:
         self._offsets: dict[str, dict[TopicPartition, _Versions[OffsetCommitValue]]] = {}
@@ -170,20 +178,16 @@ class Timeline:
         once it is durable (docs/groups.md, "OffsetFetch")."""
         out: dict[TopicPartition, OffsetCommitValue] = {}
         for tp, versions in self._offsets.get(group_id, {}).items():
-            if versions.committed is not None and all(v is not None for _, v in versions.pending):
-                out[tp] = versions.committed
+            value = _readable(versions)
+            if value is not None:
+                out[tp] = value
         return out
 
     def readable_offset(self, group_id: str, tp: TopicPartition) -> OffsetCommitValue | None:
         """:meth:`readable_offsets` of one partition, without reading the group's others."""
         by_tp = self._offsets.get(group_id)
         versions = None if by_tp is None else by_tp.get(tp)
-        if versions is None or versions.committed is None:
-            return None
-        for _w, v in versions.pending:
-            if v is None:
-                return None
-        return versions.committed
+        return None if versions is None else _readable(versions)
 
     def pending_writes(self, group_id: str) -> set[int]:
         """Writes of this group's offsets the log has not answered yet."""
