@@ -108,7 +108,8 @@ class _Hammer(asyncio.Protocol):
         self.transport = transport
         transport.write(self.frame * self.depth)
 
-    def data_received(self, data: bytes) -> None:
+    def answers_in(self, data: bytes) -> int:
+        """How many whole answers ``data`` completes (by their size prefixes alone)."""
         buf = self.buf
         buf += data
         pos, n, end = 0, 0, len(buf)
@@ -120,6 +121,10 @@ class _Hammer(asyncio.Protocol):
             n += 1
         if pos:
             del buf[:pos]
+        return n
+
+    def data_received(self, data: bytes) -> None:
+        n = self.answers_in(data)
         if n:
             if self.counting:
                 self.count += n

@@ -53,17 +53,7 @@ class _Counted(hp._Hammer):
         self.done = done
 
     def data_received(self, data: bytes) -> None:
-        buf = self.buf
-        buf += data
-        pos, n, end = 0, 0, len(buf)
-        while end - pos >= 4:
-            size = int.from_bytes(buf[pos : pos + 4], "big")
-            if end - pos - 4 < size:
-                break
-            pos += 4 + size
-            n += 1
-        if pos:
-            del buf[:pos]
+        n = self.answers_in(data)
         self.answered += n
         more = min(n, self.budget - self.sent)
         if more > 0 and self.transport is not None:
