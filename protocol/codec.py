@@ -390,8 +390,14 @@ def encode_response(
             body = _encode_dict(response_class(api_key, version), data)
     else:
         body = encode_message(data)
-    header = framing.response_header(correlation_id, response_header_version(api_key, version))
-    return framing.frame(header + body)
+    header_version = _RESPONSE_HEADER_VERSIONS.get(api_key << 16 | version)
+    if header_version is None:
+        header_version = _RESPONSE_HEADER_VERSIONS[api_key << 16 | version] = response_header_version(api_key, version)
+    return framing.response_frame(correlation_id, header_version, body)
+
+
+# (api_key << 16 | version) -> response header version, filled as answers are encoded
+_RESPONSE_HEADER_VERSIONS: dict[int, int] = {}
 
 
 def encode_request(

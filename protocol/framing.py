@@ -21,6 +21,7 @@ from .wire import I16 as _I16
 from .wire import I32 as SIZE
 
 _HDR = struct.Struct(">hhi")
+_HDR_CLIENT = struct.Struct(">hhih")  # the header's fixed part and the client id's length
 
 
 class FrameError(ValueError):
@@ -61,22 +62,23 @@ def peek_api_key_version(frame: bytes | memoryview) -> tuple[int, int, int]:
 
 def parse_request_header(frame: bytes | memoryview, header_version: int) -> RequestHeader:
     """Parse a request header (v1 or v2) at the start of ``frame`` (the bytes after the size)."""
-    key, version, corr = peek_api_key_version(frame)
-    pos = _HDR.size
-    if len(frame) < pos + 2:
-        raise FrameError("truncated client id")
-    (n,) = _I16.unpack_from(frame, pos)
-    pos += 2
+    if len(frame) < _HDR_CLIENT.size:
+        raise FrameError("request shorter than a header" if len(frame) < _HDR.size else "truncated client id")
+    key, version, corr, n = _HDR_CLIENT.unpack_from(frame, 0)
+    pos = _HDR_CLIENT.size
     client_id: str | None
     if n < 0:
         client_id = None
     else:
         if len(frame) < pos + n:
             raise FrameError("truncated client id")
-        client_id = bytes(frame[pos : pos + n]).decode("utf-8", errors="replace")
+        client_id = str(frame[pos : pos + n], "utf-8", "replace")
         pos += n
     if header_version >= 2:
-        pos = skip_tagged_fields(frame, pos)
+        if len(frame) > pos and frame[pos] == 0:
+            pos += 1  # no tagged fields: what every client sends
+        else:
+            pos = skip_tagged_fields(frame, pos)
     return RequestHeader(key, version, corr, client_id, header_version, pos)
 
 
@@ -92,6 +94,18 @@ def encode_request_header(
     if header_version >= 2:
         out.append(0)  # no tagged fields
     return bytes(out)
+
+
+_SIZE_CORR = struct.Struct(">ii")
+_SIZE_CORR_NO_TAGS = struct.Struct(">iiB")
+
+
+def response_frame(correlation_id: int, header_version: int, body: bytes) -> bytes:
+    """A whole response frame: size, header (v0, or v1 with no tagged fields), ``body``;
+    the bytes of ``frame(response_header(correlation_id, header_version) + body)``."""
+    if header_version >= 1:
+        return _SIZE_CORR_NO_TAGS.pack(len(body) + 5, correlation_id, 0) + body
+    return _SIZE_CORR.pack(len(body) + 4, correlation_id) + body
 
 
 def response_header(correlation_id: int, header_version: int) -> bytes:

@@ -240,6 +240,23 @@ def test_truncated_header_tagged_fields() -> None:
         framing.parse_request_header(raw, 2)
 
 
+def test_request_header_v2_without_tagged_fields_from_a_memoryview() -> None:
+    """What clients send: one zero byte for "no tagged fields" (the common case read without
+    the generic tagged-field reader); a header cut before that byte is refused."""
+    raw = framing.encode_request_header(12, 4, 9, "cl\u00e9", 2)
+    h = framing.parse_request_header(memoryview(raw + b"BODY").toreadonly(), 2)
+    assert (h.api_key, h.api_version, h.correlation_id, h.client_id, h.size) == (12, 4, 9, "cl\u00e9", len(raw))
+    with pytest.raises(framing.FrameError):
+        framing.parse_request_header(raw[:-1], 2)
+
+
+@pytest.mark.parametrize("header_version", [0, 1])
+@pytest.mark.parametrize("body", [b"", b"xyz" * 100])
+def test_response_frame_is_size_header_and_body(header_version: int, body: bytes) -> None:
+    expected = framing.frame(framing.response_header(77, header_version) + body)
+    assert framing.response_frame(77, header_version, body) == expected
+
+
 def test_response_headers() -> None:
     assert framing.response_header(5, 0) == b"\x00\x00\x00\x05"
     assert framing.response_header(5, 1) == b"\x00\x00\x00\x05\x00"
