@@ -106,13 +106,25 @@ def _answer_bounded(api_key: int, request: Any) -> bool:
     return False
 
 
-def _frame_buffered(reader: asyncio.StreamReader) -> bool:
-    """Is a whole request frame already in the reader's buffer (so answering it needs no wait)?"""
+def _frame_buffered(reader: asyncio.StreamReader) -> int:
+    """The size of the next request frame if all of it is already in the reader's buffer (so
+    answering it needs no wait), else 0."""
     buf = getattr(reader, "_buffer", None)  # asyncio's StreamReader buffer (uvloop uses the same class)
     if buf is None or len(buf) < 4:
-        return False
+        return 0
     size = int.from_bytes(buf[:4], "big", signed=True)
-    return 0 < size <= len(buf) - 4
+    return size if 0 < size <= len(buf) - 4 else 0
+
+
+def _take_frame(reader: asyncio.StreamReader, size: int) -> bytes:
+    """The body of a frame of ``size`` that :func:`_frame_buffered` found whole in the buffer,
+    taken out of it as ``readexactly`` would (without its two coroutines per request)."""
+    buf: bytearray = getattr(reader, "_buffer")  # noqa: B009  (private: typeshed does not declare it)
+    end = 4 + size
+    body = bytes(buf[4:end])
+    del buf[:end]
+    getattr(reader, "_maybe_resume_transport")()  # noqa: B009  (flow control, as readexactly does)
+    return body
 
 
 class _BytePool:
@@ -302,6 +314,7 @@ class Server:
         self.send_buffer_bytes: int = cfg["socket.send.buffer.bytes"]
         self.receive_buffer_bytes: int = cfg["socket.receive.buffer.bytes"]
         self._request_slots = asyncio.Semaphore(cfg["queued.max.requests"])
+        self._slots_free: int = cfg["queued.max.requests"]  # what _request_slots has left (its locked() is slow)
         pool: int = cfg["queued.max.request.bytes"]
         self._memory = _BytePool(pool) if pool > 0 else None
         self._pipeline_turn = asyncio.Lock()
@@ -627,7 +640,8 @@ class Server:
         idle = _IdleWatch(self.idle_timeout_s, task) if self.idle_timeout_s is not None else None
         try:
             while not self._closing:
-                if _frame_buffered(reader):
+                buffered = _frame_buffered(reader)
+                if buffered:
                     # The next request is already here (the client pipelines).  Every _TURN of
                     # them, let the others run (answers made so far go out meanwhile) and notice
                     # a reset (the transport closes once the loop sees it).  Deep pipelines take
@@ -648,42 +662,48 @@ class Server:
                         self._busy.discard(cid)
                 if transport.is_closing() or reader.exception() is not None:
                     return  # the peer is gone: serve nothing more
-                try:
-                    if len(getattr(reader, "_buffer", b"")) >= 4 or idle is None:
-                        size_bytes = await reader.readexactly(4)  # already here: no wait
-                    else:
-                        idle.begin()
-                        try:
-                            size_bytes = await reader.readexactly(4)
-                        finally:
-                            idle.waiting = False
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                except asyncio.CancelledError:
-                    if idle is None or not idle.expired:
-                        raise
-                    task.uncancel()
-                    raise _Idle.after(idle.timeout, "waiting for a request") from None
-                (size,) = _SIZE.unpack(size_bytes)
-                if size <= 0 or size > self.max_request_bytes:
-                    log.warning(
-                        "closing connection: bad frame size",
-                        connection=cid,
-                        client=client_host,
-                        size=size,
-                        max=self.max_request_bytes,
-                    )
-                    return
+                body: bytes | memoryview | None = None
+                if buffered and buffered <= self.max_request_bytes and self._memory is None:
+                    size = buffered
+                    body = _take_frame(reader, size)  # all here: taken without waiting
+                else:
+                    try:
+                        if len(getattr(reader, "_buffer", b"")) >= 4 or idle is None:
+                            size_bytes = await reader.readexactly(4)  # already here: no wait
+                        else:
+                            idle.begin()
+                            try:
+                                size_bytes = await reader.readexactly(4)
+                            finally:
+                                idle.waiting = False
+                    except (asyncio.IncompleteReadError, ConnectionError):
+                        return
+                    except asyncio.CancelledError:
+                        if idle is None or not idle.expired:
+                            raise
+                        task.uncancel()
+                        raise _Idle.after(idle.timeout, "waiting for a request") from None
+                    (size,) = _SIZE.unpack(size_bytes)
+                    if size <= 0 or size > self.max_request_bytes:
+                        log.warning(
+                            "closing connection: bad frame size",
+                            connection=cid,
+                            client=client_host,
+                            size=size,
+                            max=self.max_request_bytes,
+                        )
+                        return
                 if self._memory is not None:
                     await self._memory.acquire(size)
                 try:
-                    try:
-                        body = await self._read_body(reader, size)
-                    except asyncio.IncompleteReadError:
-                        log.warning(
-                            "closing connection: truncated frame", connection=cid, client=client_host, size=size
-                        )
-                        return
+                    if body is None:
+                        try:
+                            body = await self._read_body(reader, size)
+                        except asyncio.IncompleteReadError:
+                            log.warning(
+                                "closing connection: truncated frame", connection=cid, client=client_host, size=size
+                            )
+                            return
                     if session is not None:
                         # KIP-368: a SaslHandshake re-authenticates; after expiry nothing else is served
                         is_handshake = len(body) >= 2 and int.from_bytes(body[:2], "big") == SASL_HANDSHAKE
@@ -727,11 +747,15 @@ class Server:
         # handler takes it (Kafka's request queue between network and handler threads).  A
         # small frame is decoded without yielding, so it would hold its slot for no time at
         # all: it only waits for one while every slot is held (by frames decoded off the loop).
-        if len(body) < _DECODE_OFF_LOOP_BYTES and not self._request_slots.locked():
+        if len(body) < _DECODE_OFF_LOOP_BYTES and self._slots_free > 0:
             decoded = await self._decode(cid, client_host, body)
         else:
             async with self._request_slots:
-                decoded = await self._decode(cid, client_host, body)
+                self._slots_free -= 1
+                try:
+                    decoded = await self._decode(cid, client_host, body)
+                finally:
+                    self._slots_free += 1
         if not isinstance(decoded, _Decoded):
             return decoded
         api_key, version, corr = decoded.api_key, decoded.version, decoded.corr
