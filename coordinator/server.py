@@ -747,13 +747,17 @@ class Server:
         # handler takes it (Kafka's request queue between network and handler threads).  A
         # small frame is decoded without yielding, so it would hold its slot for no time at
         # all: it only waits for one while every slot is held (by frames decoded off the loop).
-        if len(body) < _DECODE_OFF_LOOP_BYTES and self._slots_free > 0:
-            decoded = await self._decode(cid, client_host, body)
+        small = len(body) < _DECODE_OFF_LOOP_BYTES
+        if small and self._slots_free > 0:
+            decoded = self._decode(cid, client_host, body)
         else:
             async with self._request_slots:
                 self._slots_free -= 1
                 try:
-                    decoded = await self._decode(cid, client_host, body)
+                    if small:
+                        decoded = self._decode(cid, client_host, body)
+                    else:
+                        decoded = await asyncio.to_thread(self._decode, cid, client_host, body)
                 finally:
                     self._slots_free += 1
         if not isinstance(decoded, _Decoded):
@@ -803,8 +807,11 @@ class Server:
             log.exception("could not encode response", api=decoded.api_name, api_version=version)
             return self._error_response(api_key, version, corr)
 
-    async def _decode(self, cid: int, client_host: str, body: bytes | memoryview) -> _Decoded | bytes | None:
-        """The decoded request, or the answer to send instead (bytes), or None to close."""
+    def _decode(self, cid: int, client_host: str, body: bytes | memoryview) -> _Decoded | bytes | None:
+        """The decoded request, or the answer to send instead (bytes), or None to close.
+
+        Large bodies are decoded in a worker thread (:meth:`_process`): nothing here touches
+        the event loop."""
         try:
             api_key, version, corr = peek_api_key_version(body)
         except FrameError:
@@ -820,12 +827,7 @@ class Server:
             name, header_version = checked
         try:
             header = parse_request_header(body, header_version)
-            if len(body) >= _DECODE_OFF_LOOP_BYTES:
-                request = await asyncio.to_thread(
-                    codec.decode_request, api_key, version, body, header.size, self.max_elements
-                )
-            else:
-                request = codec.decode_request(api_key, version, body, header.size, self.max_elements)
+            request = codec.decode_request(api_key, version, body, header.size, self.max_elements)
         except (FrameError, codec.DecodeError) as e:
             log.warning(
                 "closing connection: undecodable request",

@@ -261,6 +261,11 @@ class GroupsRuntime:
     # --------------------------------------------------------------------- effects
 
     def _apply(self, effects: list[Effect]) -> None:
+        if len(effects) == 1:
+            only = effects[0]
+            if type(only) is Respond and only.token == self._calling:
+                self._answer = only.result  # the common case: an answer to the request being made
+                return
         queue: deque[Effect] = deque(effects)
         while queue:
             e = queue.popleft()
