@@ -333,46 +333,71 @@ changed (before/after figures are the side-by-side rows of this document's histo
    looks each named one up. The benchmark's groups hold no offsets, so its rows do not show
    it; in-process, the offsets part of a fetch naming 10 partitions of a group that has 10 /
    1,000 / 10,000 committed: 4.1 / 271 / 2,719 µs before, 1.8 / 1.5 / 1.5 µs now.
+29. **The request path around the handler, leaner** (`coordinator/server.py`,
+   `protocol/framing.py`, `protocol/codec.py`, `coordinator/groups/runtime.py`), each step
+   counted with item 26's tool at 4×8 (instructions per request):
+   - the request header read in one `unpack` (its usual empty tagged fields as one byte, not
+     the generic reader) and the response framed in one `pack` with its header version kept
+     per API and version: ApiVersions 73.6k → 68.8k, Heartbeat 122.2k → 116.4k;
+   - a request frame already whole in the connection's buffer (every pipelined one) taken
+     out of it directly instead of through `readexactly` twice (two coroutines per request),
+     and the `queued.max.requests` check made on a counter instead of `Semaphore.locked()`
+     (which builds a generator): ApiVersions → 59.2k, Heartbeat → 106.1k;
+   - a small request decoded without a coroutine (a large one is still decoded in a worker
+     thread, now whole), and the group runtime taking a lone answer to the request being made
+     without its effect queue: Heartbeat → 103.8k;
+   - the callback that sends a connection's pending answers when a handler waits armed only
+     before a request starts with answers pending, not for the first answer of every batch:
+     ApiVersions at 16×1 (one request at a time per connection) 85.2k → 83.2k, at 4×8 +0.6 %.
+   In all, since item 26: ApiVersions 79.0k → 58.7k (−26 %), Heartbeat (Stable) 122.3k →
+   103.8k (−15 %), OffsetFetch 208.7k → 187.7k (−10 %). Unchanged behaviour is held by the
+   existing server, limits and pipelining tests, plus new ones: the header read (empty tagged
+   fields, a memoryview, a cut header), the response framing (the same bytes as before), and
+   an answer made before a request that waits going out at once (`tests/test_pipelining.py`).
 
 ## Where the targets stand, and what limits them
 
 The side-by-side hot-path table is the yardstick (librdkafka's C mock in the same run). This
-document's figures were measured in one hour of a fast phase of the machine (the previous
-document's in a phase about 1.7 times slower: both sides move, the ratios less so). At one
-connection with one request in flight rallypoint is at 0.45–0.71× the mock; at 4×8 and 16×16
-ApiVersions is at 0.70–0.82× and Metadata at 0.54–0.56×, Heartbeat at 0.41–0.45×, OffsetFetch
-at 0.27× and OffsetCommit at 0.12–0.15×. What limits rallypoint is CPU on one event loop, not
-I/O: under every concurrent row the broker process sits at 100 % of one core while the load
-generator has the other, and the mock, a C loop, answers 110k–135k requests/s.
+document's figures were measured in a fast phase of the machine (the previous document's in
+a phase about 1.7 times slower: both sides move, the ratios less so); the hot-path and
+side-by-side sections after item 29. At one connection with one request in flight rallypoint
+is at 0.41–0.67× the mock; at 4×8 and 16×16 ApiVersions is at 0.70–0.80×, Metadata at
+0.62–0.67×, Heartbeat at 0.53–0.55× at 4×8 and 0.38–0.46× at 16×16, OffsetFetch at 0.29× and
+OffsetCommit at 0.14–0.15×. What limits rallypoint is CPU on one event loop, not I/O: under
+every concurrent row the broker process sits at 100 % of one core while the load generator
+has the other, and the mock, a C loop, answers 115k–130k requests/s.
 
-Where the CPU goes. Broker CPU per request at 4×8 (process CPU time over requests answered):
-ApiVersions about 11 µs, Heartbeat 14--17 µs, OffsetFetch 27--30 µs, OffsetCommit
-(`flush=never`) 56--59 µs; broker instructions per request (item 26): ApiVersions 73k,
-Heartbeat (Stable) 122k, OffsetFetch 205k. Not the sockets: a trivial server answering a
-fixed frame on the same machine and load generator, with asyncio streams and the answers of
-a batch coalesced into one write as rallypoint does, answers 264k (4×8) and 486k (16×16)
-requests/s, 2--3 µs per request; the same as an asyncio `Protocol` 578k and 857k. So streams
-cost about 1 µs of a request's 11--59 µs, and moving the hot path to a `Protocol` (one of the
-issue's candidates) would buy a few per cent; the rest is the request path in Python: the
-header and body decoded into kio's message classes, the request context, the request log
-entry with the answer's error codes, the handler and the group machine's checks (generation,
-member, session deadline; for OffsetFetch the per-partition lookup and result objects), the
-answer encoded and framed. Of a Heartbeat's 122k instructions, the interpreter's evaluation
-loop itself holds 37 % and the rest is spread thin over the interpreter's C helpers (object
-allocation and release, frames, dictionary and attribute lookups: none above 3 %), msgspec,
-kio and uvloop: there is no single hot spot left to remove, only Python executed per
-request -- the remaining lever is compiling the request path (Cython or mypyc, with the pure
-Python path kept as the fallback), not done. For OffsetCommit, add the `__consumer_offsets` record encoded, a
-batch with its CRC built and written (a `write` per request at `flush=never`), the write
-acknowledged as an event and the answer made from the result: Kafka's semantics are the
-work, while the mock acknowledges an OffsetCommit without writing anything.
+Where the CPU goes. Broker CPU per request at 4×8 (process CPU time over requests answered,
+after item 29): ApiVersions 7.8 µs, Metadata 12 µs, Heartbeat 13--14 µs, OffsetFetch 23 µs,
+OffsetCommit (`flush=never`) 54 µs; broker instructions per request (item 26): ApiVersions 59k,
+Metadata 89k, Heartbeat 96k (unknown member) and 104k (Stable group), OffsetFetch 188k,
+OffsetCommit 328k. Not the sockets: a trivial server answering a fixed frame on the same
+machine and load generator, with asyncio streams and the answers of a batch coalesced into one
+write as rallypoint does, answers 264k (4×8) and 486k (16×16) requests/s, 2--3 µs per request;
+the same as an asyncio `Protocol` 578k and 857k. So streams cost about 1 µs of a request's
+8--54 µs (less since item 29 takes buffered frames without `readexactly`), and moving the hot
+path to a `Protocol` (one of the issue's candidates) would buy a few per cent; the rest is the
+request path in Python: the header and body decoded into kio's message classes, the request
+context, the request log entry with the answer's error codes, the handler and the group
+machine's checks (generation, member, session deadline; for OffsetFetch the per-partition
+lookup and result objects), the answer encoded and framed. Of a Heartbeat's 122k instructions
+(before item 29), the interpreter's evaluation loop itself holds 37 % and the rest is spread
+thin over the interpreter's C helpers (object allocation and release, frames, dictionary and
+attribute lookups: none above 3 %), msgspec, kio and uvloop: there is no single hot spot left
+to remove, only Python executed per request -- the remaining lever is compiling the request
+path (Cython or mypyc, with the pure Python path kept as the fallback), not done. For
+OffsetCommit, add the `__consumer_offsets` record encoded, a batch with its CRC built and
+written (a `write` per request at `flush=never`), the write acknowledged as an event and the
+answer made from the result: Kafka's semantics are the work, while the mock acknowledges an
+OffsetCommit without writing anything.
 
 Each target, the figure this document holds, and what stands in the way:
 
-- every hot-path row ≥ 0.5× the mock: met at 1×1 for every row but OffsetCommit (0.45×), and
-  at every level for ApiVersions and Metadata; not met at 4×8 and 16×16 for Heartbeat
-  (0.41--0.45×), OffsetFetch (0.27×) and OffsetCommit (0.12--0.15×) -- one event loop's CPU
-  per request (above);
+- every hot-path row ≥ 0.5× the mock: met at 1×1 for every row but OffsetCommit (0.41×), at
+  every level for ApiVersions and Metadata, and at 4×8 for both Heartbeat rows (0.53×,
+  0.55×); not met for Heartbeat at 16×16 (0.38×, 0.46×; the Stable row's runs spread from 46k
+  to 61k requests/s), OffsetFetch at 4×8 and 16×16 (0.29×) and OffsetCommit (0.14--0.15×) --
+  one event loop's CPU per request (above);
 - durable commits through the broker ≥ 20,000 partition-commits/s with 50 connections: met
   when each OffsetCommit carries the partitions a consumer owns (10 per request: 36.7k in the
   offsets-log section); with one partition per request the figure is the request rate, 5--10k
@@ -422,15 +447,14 @@ Each target, the figure this document holds, and what stands in the way:
   allocator's overhead on them, and the control plane's bounded request log and per-group
   history.
 
-One event loop cannot reach the 0.5× target on the Heartbeat, OffsetFetch and OffsetCommit
-rows under concurrency. Spreading connections over several processes would need the group
-state sharded by `__consumer_offsets` partition with a process per shard (the sans-IO
-machines allow it; connections would be handed to the process owning their group's
-partition) -- not done: a test broker's other requirements (one process that starts in a
-fraction of a second, one control plane, several brokers in it) weigh more than a multiple
-of a synthetic request rate that real clients' tests do not come near. The other targets
-are in their own sections (durable commits, replay: the offsets-log section; start-up,
-memory: theirs).
+One event loop has not reached the 0.5× target on Heartbeat at 16×16, or on the OffsetFetch and
+OffsetCommit rows under concurrency. Spreading connections over several processes would need
+the group state sharded by `__consumer_offsets` partition with a process per shard (the sans-IO
+machines allow it; connections would be handed to the process owning their group's partition)
+-- not done: a test broker's other requirements (one process that starts in a fraction of a
+second, one control plane, several brokers in it) weigh more than a multiple of a synthetic
+request rate that real clients' tests do not come near. The other targets are in their own
+sections (durable commits, replay: the offsets-log section; start-up, memory: theirs).
 """
 
 

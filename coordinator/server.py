@@ -1,6 +1,6 @@
 """The asyncio TCP server: connections, framing, in-order responses, limits, graceful shutdown.
 
-Why one module of about 830 lines: everything a connection goes through, from accept to close
+Why one module of about 880 lines: everything a connection goes through, from accept to close
 (limits, authentication, framing, the in-order answer queue, idle and shutdown rules), is one
 per-connection loop; splitting it would spread that loop's rules over several files.
 
