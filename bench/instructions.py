@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import shutil
 import socket
@@ -37,6 +36,7 @@ from typing import Any
 
 from bench import hot_paths as hp
 from bench.common import Endpoint
+from tests.support import free_port
 
 START_TIMEOUT_S = 120.0
 LOAD_TIMEOUT_S = 600.0
@@ -69,13 +69,6 @@ def parse_total(text: str) -> int:
     if not totals:
         raise ValueError("no summary or totals line in the callgrind output")
     return max(totals)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _control(pid: int, *args: str) -> None:
@@ -128,7 +121,7 @@ def measure(row_prefix: str, connections: int, depth: int, requests: int) -> dic
     per_connection = max(1, requests // connections)
     with tempfile.TemporaryDirectory(prefix="rp-instr-") as tmp:
         out = Path(tmp) / "callgrind.out"
-        port = _free_port()
+        port = free_port()
         argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
         argv += [sys.executable, "-m", "rallypoint", "--port", str(port), "--data-dir", f"{tmp}/data"]
         argv += ["--control-port", "0", "--log-level", "warning"]
@@ -182,5 +175,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     main()
