@@ -101,17 +101,11 @@ _SIZE_CORR_NO_TAGS = struct.Struct(">iiB")
 
 
 def response_frame(correlation_id: int, header_version: int, body: bytes) -> bytes:
-    """A whole response frame: size, header (v0, or v1 with no tagged fields), ``body``;
-    the bytes of ``frame(response_header(correlation_id, header_version) + body)``."""
+    """A whole response frame: size, header (v0: the correlation id; v1: it and an empty
+    tagged-field section), ``body``."""
     if header_version >= 1:
         return _SIZE_CORR_NO_TAGS.pack(len(body) + 5, correlation_id, 0) + body
     return _SIZE_CORR.pack(len(body) + 4, correlation_id) + body
-
-
-def response_header(correlation_id: int, header_version: int) -> bytes:
-    if header_version >= 1:
-        return SIZE.pack(correlation_id) + b"\x00"
-    return SIZE.pack(correlation_id)
 
 
 def frame(payload: bytes) -> bytes:

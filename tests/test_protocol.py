@@ -253,13 +253,18 @@ def test_request_header_v2_without_tagged_fields_from_a_memoryview() -> None:
 @pytest.mark.parametrize("header_version", [0, 1])
 @pytest.mark.parametrize("body", [b"", b"xyz" * 100])
 def test_response_frame_is_size_header_and_body(header_version: int, body: bytes) -> None:
-    expected = framing.frame(framing.response_header(77, header_version) + body)
+    expected = framing.frame(_response_header(77, header_version) + body)
     assert framing.response_frame(77, header_version, body) == expected
 
 
+def _response_header(correlation_id: int, header_version: int) -> bytes:
+    """Response header v0 (the correlation id) or v1 (and no tagged fields), written out."""
+    return struct.pack(">i", correlation_id) + (b"\x00" if header_version >= 1 else b"")
+
+
 def test_response_headers() -> None:
-    assert framing.response_header(5, 0) == b"\x00\x00\x00\x05"
-    assert framing.response_header(5, 1) == b"\x00\x00\x00\x05\x00"
+    assert framing.response_frame(5, 0, b"") == b"\x00\x00\x00\x04\x00\x00\x00\x05"
+    assert framing.response_frame(5, 1, b"") == b"\x00\x00\x00\x05\x00\x00\x00\x05\x00"
     assert framing.parse_response_header(b"\x00\x00\x00\x05" + tags((1, b"x")) + b"B", 1) == (5, 8)
     assert framing.parse_response_header(b"\x00\x00\x00\x05B", 0) == (5, 4)
 
@@ -603,7 +608,7 @@ def test_small_numeric_answers_are_cached_byte_identical_to_the_generic_encoder(
         for code in (0, ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS):
             answer = {**body, "error_code": code}
             generic = codec.encode_message(codec.build_response(key, version, answer))
-            header = framing.response_header(9, codec.response_header_version(key, version))
+            header = _response_header(9, codec.response_header_version(key, version))
             first = codec.encode_response(key, version, 9, answer)  # fills the cache
             again = codec.encode_response(key, version, 9, dict(answer))  # served from it
             assert first == again == framing.frame(header + generic), (key, version, code)
