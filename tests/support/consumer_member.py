@@ -82,7 +82,13 @@ def run_kafka_python(a: argparse.Namespace) -> None:
     last = None
     while not stop.is_set():
         try:
-            c.poll(timeout_ms=200)
+            # Poll long enough that no JoinGroup of these scenarios outlasts one poll.  kafka-python
+            # 3.0.12 drops a join that does: join_group_async returns on the poll's timeout leaving
+            # its join task in flight, and re-awaits it on a later poll only while need_rejoin() is
+            # true.  A leader that rejoined because its metadata snapshot changed makes need_rejoin()
+            # false itself when it assigns, so the SyncGroup answer is never taken up: heartbeats
+            # stay disabled and its session expires (about one run in ten with a 200 ms poll).
+            c.poll(timeout_ms=3000)
         except Exception as e:  # the data plane may be missing; membership goes on
             emit("error", error=type(e).__name__)
             time.sleep(0.2)
