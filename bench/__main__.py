@@ -364,8 +364,9 @@ changed (before/after figures are the side-by-side rows of this document's histo
      280.0k (−14.8 %: the record and batch encoding in Python is where it helps);
    - mypyc (mypy 2.4) on the 15 of them that work compiled unchanged (it refuses a subclass of
      `RuntimeError` and a `continue` inside `try`/`finally` in the server loop; modules that
-     define msgspec Structs compile but fail on import): Heartbeat → 94.6k (−9 %), OffsetCommit → 369.5k (+12 %: values boxed and
-     unboxed at every call into the uncompiled modules, kio and msgspec).
+     define msgspec Structs compile but fail on import): Heartbeat → 94.6k (−9 %),
+     OffsetCommit → 369.5k (+12 %: values boxed and unboxed at every call into the uncompiled
+     modules, kio and msgspec).
    Untyped Python compiled still makes the same object, dictionary and attribute operations; a
    large gain would need the request path rewritten as typed native code (C structs instead of
    kio messages and Structs), a second implementation to keep byte-identical with the first.
