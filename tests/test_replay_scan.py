@@ -128,6 +128,48 @@ def test_keys_tombstoned_and_written_again_keep_the_reference_order(tmp_path: Pa
     assert fast[1][0] == [c, b, a]
 
 
+def test_a_commit_marker_among_unfolded_records_applies_as_the_reference(tmp_path: Path) -> None:
+    """A COMMIT marker met while the scan's records wait for their fold: each staged commit
+    against the key's latest write -- unfolded or folded, older or newer, a tombstone -- and a
+    version 0 form of a staged key (two raw keys: the reference replays the partition)."""
+    k = [OffsetCommitKey("g", "t", p) for p in range(7)]
+
+    def v(n: int) -> OffsetCommitValue:
+        return OffsetCommitValue(n, "", 1)
+
+    def plain(base: int, entries: list[tuple[bytes, bytes | None]]) -> bytes:
+        return R.build_batch(base, entries, 1)
+
+    def txn(base: int, pid: int, keys: list[OffsetCommitKey]) -> bytes:
+        recs = [R.Record(base + i, 1, *encode_record(key, v(100 + base + i))) for i, key in enumerate(keys)]
+        return R.encode_batch(recs, producer_id=pid, producer_epoch=0, transactional=True)
+
+    def case(raw_k6: bytes) -> tuple[Any, Any]:
+        log = [
+            plain(0, [encode_record(k[0], v(1)), encode_record(k[1], v(2)), encode_record(k[2], v(3))]),
+            txn(3, 5, k[:6]),  # offsets 3..8, staged by producer 5 (a batch's commits count from its base)
+            plain(9, [encode_record(k[3], v(5))]),  # newer than the staged k3, and folded next
+            R.encode_batch([R.Record(10, 1, None, b"x")]),  # no key: the reference's, after a fold
+            plain(11, [encode_record(k[1], v(4))]),  # unfolded and newer than the staged k1
+            plain(12, [encode_record(k[2], None)]),  # an unfolded tombstone: the staged k2 applies
+            plain(13, [(raw_k6, encode_record(k[6], v(6))[1])]),  # unfolded, older than producer 6's
+            txn(14, 6, [k[6]]),
+            R.end_txn_marker(15, 1, 5, 0, True),
+            R.end_txn_marker(16, 1, 6, 0, True),
+        ]
+        return _both(tmp_path, [(0, bytearray(b"".join(log)))])
+
+    expected = {k[0]: 103, k[1]: 4, k[2]: 105, k[3]: 5, k[4]: 107, k[5]: 108, k[6]: 114}
+    ref, fast = case(encode_record(k[6], v(6))[0])
+    assert ref == fast
+    assert {key: val.offset for key, val in ref[0].offsets.items()} == expected
+    from rallypoint.protocol.offsets_schema import encode_offset_commit_key
+
+    ref, fast = case(encode_offset_commit_key(k[6], 0))  # k6 written as version 0 before its marker
+    assert ref == fast
+    assert {key: val.offset for key, val in ref[0].offsets.items()} == expected
+
+
 def test_a_header_count_with_no_headers_after_it_is_left_to_the_reference(tmp_path: Path) -> None:
     """A record whose last byte claims a header (its CRC made to match): the reference refuses
     the batch, in the last segment and in a closed one."""

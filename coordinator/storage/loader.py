@@ -83,7 +83,8 @@ class StateBuilder:
     It is also the :class:`~.segments.FastSink` of the compiled replay scan: the scan puts the
     last record of each raw key in :attr:`last` (and the records of other key versions in
     :attr:`others`), and they are folded into the state, in log order, before the next batch
-    :meth:`add` takes (unless a transactional batch that only stages offset commits) and before
+    :meth:`add` takes (unless a transactional batch that only stages offset commits, or a
+    marker: a COMMIT puts its staged commits into :attr:`last`) and before
     :meth:`result` (docs/offsets-log-format.md, "Recovery at start-up").  A folded key that does
     not decode raises :class:`ReplayRedo`.
     """
@@ -180,14 +181,15 @@ class StateBuilder:
 
     def add(self, batch: RecordBatch) -> None:
         h = batch.header
-        if self.fast_records and not (h.is_transactional and not h.is_control and self._stages_only(batch)):
-            self._fold()
         st = self._state
-        st.records += len(batch.records)
         if h.is_control:
+            st.records += len(batch.records)
             if batch.records:
                 staged = self._pending.pop(h.producer_id, None)
                 if staged and control_type(batch.records[0]) == CONTROL_COMMIT:
+                    if self.fast_records:
+                        self._commit_unfolded(staged)
+                        return
                     for canon, (batch_offset, value) in staged.items():
                         if value is None:
                             continue  # a staged tombstone only removed an earlier staged commit
@@ -195,6 +197,9 @@ class StateBuilder:
                         if loaded is None or loaded[0] < batch_offset:
                             self._offsets[canon] = (batch_offset, value)
             return
+        if self.fast_records and not (h.is_transactional and self._stages_only(batch)):
+            self._fold()
+        st.records += len(batch.records)
         transactional = h.is_transactional
         base = h.base_offset
         offsets = self._offsets
@@ -225,6 +230,30 @@ class StateBuilder:
                     st.consumer_records.append((rec.key, rec.value))  # ... but handed on raw
             else:
                 self._bad(f"offset {rec.offset}", str(key))
+
+    def _commit_unfolded(self, staged: dict[bytes, tuple[int, bytes | None]]) -> None:
+        """A COMMIT marker while the scan's records are not folded yet: each staged commit goes
+        into :attr:`last` as the record the fold will apply, where the fold-then-apply of the
+        loop in :meth:`add` would have left it (docs/offsets-log-format.md, "Recovery at
+        start-up").  It applies unless the key's latest write (unfolded, else folded) is a value
+        written after it; after an unfolded tombstone it applies and the key moves to the end,
+        as a dict that popped it would order it.  A staged key whose unfolded record has another
+        raw form (a version 0 key) makes the fold see two raw keys for one key: ReplayRedo, and
+        the reference replays the partition."""
+        last = self.last
+        for canon, (batch_offset, value) in staged.items():
+            if value is None:
+                continue  # a staged tombstone only removed an earlier staged commit
+            prev = last.get(canon)
+            if prev is None:
+                loaded = self._offsets.get(canon)
+                if loaded is None or loaded[0] < batch_offset:
+                    last[canon] = (batch_offset, value, False)
+            elif prev[1] is None:
+                del last[canon]
+                last[canon] = (batch_offset, value, True)
+            elif prev[0] < batch_offset:
+                last[canon] = (batch_offset, value, prev[2])
 
     def _stages_only(self, batch: RecordBatch) -> bool:
         """Whether the records of a transactional batch touch nothing a fold changes: offset
