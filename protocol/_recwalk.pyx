@@ -1,7 +1,9 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
 """Record walks, compiled (optional; built from source by Cython at install when a C compiler is
 there): the produce check's (``walk_times``), the offsets-log replay's (``scan_offsets_batches``,
-with ``fold_offsets`` applying what it took) and the pipeline's offset rows (``OffsetRows``).
+with ``fold_offsets`` applying what it took, and the key and value readers
+``offset_commit_key_parts`` and ``offset_commit_value_v3_parts``) and the pipeline's offset rows
+(``OffsetRows``).
 Each has a Python reference that the tests run on the same bytes, and each answers only for
 bytes the reference accepts.
 
@@ -15,6 +17,7 @@ the record's end before it is made, so no input reads outside the buffer
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint64_t, INT64_MAX, INT64_MIN
 from libc.stdlib cimport free, realloc
 from libc.string cimport memcpy
@@ -306,6 +309,62 @@ def fold_offsets(dict last, dict keys, object key_of, object commit_key, object 
         if value is not None:
             target[ident] = (entry[0], value) if target is offsets else value
     return None
+
+
+cdef inline Py_ssize_t _classic_str(const unsigned char *p, Py_ssize_t pos, Py_ssize_t n) noexcept:
+    """The end of the non-null classic STRING (int16 length + bytes) at ``pos``, or -1 when it
+    is null or runs past ``n``."""
+    cdef Py_ssize_t size
+    if pos + 2 > n:
+        return -1
+    size = (p[pos] << 8) | p[pos + 1]
+    if size & 0x8000 or pos + 2 + size > n:
+        return -1
+    return pos + 2 + size
+
+
+def offset_commit_key_parts(bytes raw):
+    """(group, topic, partition, canonical) of an offset commit key of version 0 or 1, as
+    ``decode_key`` in protocol/offsets_schema.py reads it; ``canonical``: the key is the bytes
+    version 1 writes for it (nothing after the partition).  None for anything else (another
+    version, a string that is null, cut short or not UTF-8, no room for the partition): the
+    reference decodes it and words the error."""
+    cdef const unsigned char *p = raw
+    cdef Py_ssize_t n = len(raw)
+    cdef Py_ssize_t g_end, t_end
+    if n < 2 or p[0] != 0 or p[1] > 1:
+        return None
+    g_end = _classic_str(p, 2, n)
+    if g_end < 0:
+        return None
+    t_end = _classic_str(p, g_end, n)
+    if t_end < 0 or t_end + 4 > n:
+        return None
+    try:
+        group = PyUnicode_DecodeUTF8(<const char *>p + 4, g_end - 4, NULL)
+        topic = PyUnicode_DecodeUTF8(<const char *>p + g_end + 2, t_end - g_end - 2, NULL)
+    except UnicodeDecodeError:
+        return None
+    return group, topic, <int32_t>_be(p + t_end, 4), p[1] == 1 and t_end + 4 == n
+
+
+def offset_commit_value_v3_parts(bytes raw):
+    """(offset, metadata, commit timestamp, leader epoch) of an offset commit value of version 3
+    (what Kafka writes), as ``decode_offset_commit_value`` reads it, or None for anything else
+    (the reference decodes it)."""
+    cdef const unsigned char *p = raw
+    cdef Py_ssize_t n = len(raw)
+    cdef Py_ssize_t m_end
+    if n < 14 or p[0] != 0 or p[1] != 3:
+        return None
+    m_end = _classic_str(p, 14, n)
+    if m_end < 0 or m_end + 8 > n:
+        return None
+    try:
+        metadata = PyUnicode_DecodeUTF8(<const char *>p + 16, m_end - 16, NULL)
+    except UnicodeDecodeError:
+        return None
+    return _be(p + 2, 8), metadata, _be(p + m_end, 8), <int32_t>_be(p + 10, 4)
 
 
 # --- the pipeline's offset rows ---------------------------------------------------------------

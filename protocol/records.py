@@ -613,6 +613,19 @@ def compiled_offsets_fold() -> Callable[..., str | None] | None:
     return fold
 
 
+def compiled_offsets_decoders() -> (
+    tuple[Callable[[bytes], tuple[str, str, int, bool] | None], Callable[[bytes], tuple[int, str, int, int] | None]]
+    | None
+):
+    """The compiled readers of an offset commit key (versions 0 and 1) and value (version 3)
+    the replay decodes (``offset_commit_key_parts`` and ``offset_commit_value_v3_parts`` in
+    ``protocol/_recwalk.pyx``; each answers None where ``protocol/offsets_schema.py`` must
+    read), or None when they were not built or are switched off."""
+    if _compiled is None or not _use_compiled:
+        return None
+    return _compiled.offset_commit_key_parts, _compiled.offset_commit_value_v3_parts
+
+
 def compiled_offset_rows() -> Callable[[], Any] | None:
     """The compiled builder of the pipeline's offset rows (``OffsetRows`` in
     ``protocol/_recwalk.pyx``; pipeline/decode.py makes the rows it leaves), or None when it was

@@ -170,6 +170,57 @@ def test_a_commit_marker_among_unfolded_records_applies_as_the_reference(tmp_pat
     assert {key: val.offset for key, val in ref[0].offsets.items()} == expected
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_compiled_key_and_value_readers_agree_with_offsets_schema(seed: int) -> None:
+    """Keys and values as written, cut, flipped, given another version or bytes after them: the
+    compiled readers answer only where protocol/offsets_schema.py reads the same thing."""
+    from rallypoint.protocol.offsets_schema import (
+        OffsetsSchemaError,
+        decode_key,
+        decode_offset_commit_value,
+        encode_offset_commit_key,
+        encode_offset_commit_value,
+    )
+
+    decoders = R.compiled_offsets_decoders()
+    assert decoders is not None
+    key_parts, value_parts = decoders
+    rng = random.Random(seed)
+
+    def mutants(good: bytes) -> list[bytes]:
+        out = [good, good + b"\x00", good[:-1], good[: rng.randrange(len(good))], b"\x00\x02" + good[2:]]
+        for _ in range(20):
+            b = bytearray(good)
+            b[rng.randrange(len(b))] = rng.choice((0x00, 0x01, 0x03, 0x7F, 0x80, 0xC3, 0xFF))
+            out.append(bytes(b))
+        return out
+
+    answered = 0
+    for i in range(60):
+        group = rng.choice(("g", "grüppe", "", "x" * 300, "\u20ac"))
+        key = OffsetCommitKey(group, rng.choice(("t", "töpic", "")), rng.choice((0, 7, -1, 2**31 - 1, -(2**31))))
+        for raw in mutants(encode_offset_commit_key(key, i % 2)):
+            got = key_parts(raw)
+            if got is None:
+                continue
+            answered += 1
+            ref = decode_key(raw)
+            assert ref == OffsetCommitKey(got[0], got[1], got[2])
+            assert got[3] == (encode_offset_commit_key(ref) == raw)
+        value = OffsetCommitValue(rng.choice((0, -1, 2**62)), rng.choice(("", "m", "mëta")), i, rng.choice((-1, 5)))
+        for raw in mutants(encode_offset_commit_value(value, rng.choice((3, 3, 1, 4)))):
+            vgot = value_parts(raw)
+            if vgot is None:
+                continue
+            answered += 1
+            try:
+                vref = decode_offset_commit_value(raw)
+            except OffsetsSchemaError as e:
+                raise AssertionError(f"compiled read {raw!r}, the reference refuses it: {e}") from None
+            assert vref == OffsetCommitValue(vgot[0], vgot[1], vgot[2], vgot[3])
+    assert answered > 500
+
+
 def test_a_header_count_with_no_headers_after_it_is_left_to_the_reference(tmp_path: Path) -> None:
     """A record whose last byte claims a header (its CRC made to match): the reference refuses
     the batch, in the last segment and in a closed one."""

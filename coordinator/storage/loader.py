@@ -41,6 +41,7 @@ from rallypoint.protocol.offsets_schema import (
 from rallypoint.protocol.records import (
     CONTROL_COMMIT,
     RecordBatch,
+    compiled_offsets_decoders,
     compiled_offsets_fold,
     compiled_offsets_scan,
     control_type,
@@ -108,6 +109,12 @@ class StateBuilder:
         self.others: list[tuple[bytes, bytes | None]] = []
         self.fast_records = 0
         self._compiled_fold: Callable[..., str | None] | None = None
+        # the compiled readers of the usual key and value forms (None: offsets_schema reads all)
+        decoders = compiled_offsets_decoders()
+        self._key_parts: Callable[[bytes], tuple[str, str, int, bool] | None] | None = None
+        self._value_parts: Callable[[bytes], tuple[int, str, int, int] | None] | None = None
+        if decoders is not None:
+            self._key_parts, self._value_parts = decoders
 
     def scanner(self) -> BatchScan | None:
         """The compiled replay scan filling this builder (FastSink), or None."""
@@ -166,14 +173,21 @@ class StateBuilder:
         if got is not None:
             return got
         canon = raw
-        try:
-            key: OffsetCommitKey | GroupMetadataKey | UnknownKey | str = decode_key(raw)
-        except OffsetsSchemaError as e:
-            key = str(e)
+        key: OffsetCommitKey | GroupMetadataKey | UnknownKey | str
+        parts = None if self._key_parts is None else self._key_parts(raw)
+        if parts is not None:
+            key, canonical = OffsetCommitKey(parts[0], parts[1], parts[2]), parts[3]
+        else:
+            canonical = False
+            try:
+                key = decode_key(raw)
+            except OffsetsSchemaError as e:
+                key = str(e)
         if type(key) is OffsetCommitKey:
-            encoded = encode_offset_commit_key(key)
-            if encoded != raw:
-                canon = encoded
+            if not canonical:
+                encoded = encode_offset_commit_key(key)
+                if encoded != raw:
+                    canon = encoded
             self._decoded.setdefault(canon, key)
         if len(self._keys) < self._KEY_CACHE_MAX:
             self._keys[raw] = (key, canon)
@@ -277,8 +291,13 @@ class StateBuilder:
                 self._bad(f"group {group!r}", str(e))
         st.offsets = {}
         decoded = self._decoded
+        value_parts = self._value_parts
         for canon, (_off, raw) in self._offsets.items():
             key = decoded[canon]
+            parts = None if value_parts is None else value_parts(raw)
+            if parts is not None:
+                st.offsets[key] = OffsetCommitValue(parts[0], parts[1], parts[2], parts[3])
+                continue
             try:
                 st.offsets[key] = decode_offset_commit_value(raw)
             except OffsetsSchemaError as e:
