@@ -581,28 +581,32 @@ FILES_ARROW = pa.struct(
 )
 
 
-BINS_ARROW = pa.schema([("bin", pa.int32()), ("files", pa.list_(FILES_ARROW))])  # staging_writer's input
-STAGED_ARROW = pa.schema([("bin", pa.int32()), ("rows", pa.int64())])  # ... and output
+STAGED_ARROW = pa.schema([("bin", pa.int32()), ("rows", pa.int64())])  # staging_writer's output
 
 
-def staging_writer(staging: str) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """mapInArrow function writing Parquet itself: input rows (:data:`BINS_ARROW`) hold a
-    ``bin`` number and its ``files``; the task decodes them into ``<staging>/part-<bin>.parquet``
-    (:data:`ARROW_SCHEMA`) and yields one row of :data:`STAGED_ARROW`.  Spark then reads the
-    directory with its own Parquet reader.  Handing the rows to Spark instead made the JVM turn
-    every Arrow batch into rows and write them again, some 6 times the decode's own cost
-    (pipeline/README.md, "How it runs").  The file is written under a hidden name and renamed
-    into place, so a task that Spark runs again leaves one whole file, never two."""
+def staging_writer(
+    staging: str, bins: list[list[dict[str, Any]]]
+) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """mapInArrow function writing Parquet itself.  Its input is ``spark.range(len(bins))``:
+    a row ``id`` is a bin number, and ``bins[id]`` (carried in this closure) its files, as
+    dicts of :class:`SegmentFile`'s fields.  The task decodes them into
+    ``<staging>/part-<bin>.parquet`` (:data:`ARROW_SCHEMA`) and yields one row of
+    :data:`STAGED_ARROW`.  Spark then reads the directory with its own Parquet reader.  Handing
+    the rows to Spark instead made the JVM turn every Arrow batch into rows and write them
+    again, some 6 times the decode's own cost; the bins as a DataFrame of Python rows made a
+    second kind of Python worker start (pipeline/README.md, "How it runs").  The file is
+    written under a hidden name and renamed into place, so a task that Spark runs again leaves
+    one whole file, never two."""
     import pyarrow.parquet as pq
 
     def write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
-            for number, files in zip(b.column("bin").to_pylist(), b.column("files").to_pylist(), strict=True):
+            for number in b.column("id").to_pylist():
                 final = os.path.join(staging, f"part-{number:05d}.parquet")
-                temp = os.path.join(staging, f".part-{number:05d}.{os.getpid()}.{id(files)}.tmp")
+                temp = os.path.join(staging, f".part-{number:05d}.{os.getpid()}.{id(b)}.tmp")
                 rows = 0
                 with pq.ParquetWriter(temp, ARROW_SCHEMA) as out:
-                    for f in files or ():
+                    for f in bins[number]:
                         for decoded in decode_segment(SegmentFile(**f)):
                             out.write_batch(decoded)
                             rows += decoded.num_rows

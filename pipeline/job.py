@@ -23,6 +23,7 @@ pyspark is imported only when the job runs, so the broker never needs it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import time
@@ -111,14 +112,9 @@ def stage_decoded(spark: SparkSession, files: list[decode.SegmentFile], staging:
     if not bins:
         pq.write_table(pa.Table.from_batches([], schema=decode.ARROW_SCHEMA), staging / "part-empty.parquet")
         return
-    rows = [
-        (i, [(f.broker, f.log_partition, f.base_offset, f.path, f.size, f.is_last) for f in b])
-        for i, b in enumerate(bins)
-    ]
-    rdd = spark.sparkContext.parallelize(rows, len(rows))  # one bin per task
-    written = spark.createDataFrame(rdd, from_arrow_schema(decode.BINS_ARROW)).mapInArrow(
-        decode.staging_writer(str(staging)), from_arrow_schema(decode.STAGED_ARROW)
-    )
+    # one bin per task; the files travel in the function's closure (decode.staging_writer)
+    writer = decode.staging_writer(str(staging), [[dataclasses.asdict(f) for f in b] for b in bins])
+    written = spark.range(0, len(bins), 1, len(bins)).mapInArrow(writer, from_arrow_schema(decode.STAGED_ARROW))
     written.collect()  # runs the tasks: a row count per bin comes back
 
 

@@ -332,11 +332,8 @@ def test_the_staging_writer_writes_each_bin_once_as_the_decoder_decodes_it(tmp_p
     assert len(bins) == 3
     staging = tmp_path / "staging"
     staging.mkdir()
-    batch = pa.RecordBatch.from_pylist(
-        [{"bin": i, "files": [dataclasses.asdict(f) for f in b]} for i, b in enumerate(bins)],
-        schema=decode.BINS_ARROW,
-    )
-    write = decode.staging_writer(str(staging))
+    batch = pa.RecordBatch.from_pylist([{"id": i} for i in range(3)], schema=pa.schema([("id", pa.int64())]))
+    write = decode.staging_writer(str(staging), [[dataclasses.asdict(f) for f in b] for b in bins])
     for _ in range(2):  # a task run again rewrites its file
         answers = pa.Table.from_batches(list(write([batch])), schema=decode.STAGED_ARROW).to_pylist()
         assert sorted(os.listdir(staging)) == [f"part-0000{i}.parquet" for i in range(3)]  # no temporary file left
