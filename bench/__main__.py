@@ -375,6 +375,39 @@ changed (before/after figures are the side-by-side rows of this document's histo
    all of it went, and far from the 3.6× OffsetCommit needs.
    Not adopted for 3--15 %: the build would add minutes to every install on a small machine,
    and in an editable install a compiled module shadows its edited source.
+31. **The replay of a log with frequent transactions** (`coordinator/storage/loader.py`,
+   `protocol/_recwalk.pyx`; docs/offsets-log-format.md, "Recovery at start-up"). On the pipeline
+   section's log every COMMIT marker folded what the compiled scan had taken since the last
+   fold -- about 1,800 keys, 176 times in a 25 MiB partition -- so that the marker's staged
+   commits could be compared with the keys' latest writes. Now a COMMIT met with unfolded
+   records makes each staged commit the record the next fold applies for its key (it applies
+   unless the key's latest write, unfolded or folded, is a value written after the
+   transactional batch; after a tombstone the key moves to the end, as in the reference's
+   order), and an ABORT folds nothing. Then the keys (versions 0 and 1) and the last values
+   (version 3, what Kafka writes) are read by compiled readers that answer only where
+   `protocol/offsets_schema.py` reads the same thing (every other form, and anything cut short,
+   null or not UTF-8, is read by it). One 25 MiB partition, best of three / all eight
+   partitions (200 MiB, the pipeline section's replay row), the code before, after the first
+   step and after both, interleaved three times: 57--61 / 47--51 MiB/s → 86--102 / 68--75 →
+   127--136 / 98--104 MiB/s. Tests: a log meeting every case of a staged commit at its marker
+   (against the Python reader, including a version 0 key that sends the partition back to
+   it), mutated keys and values read by both readers, and the 230 generated and damaged logs
+   of `tests/test_replay_scan.py`. What is left of a partition's replay: the scan about half
+   (a key and a value object and a dictionary update per record), the values' decoding and
+   the folds the rest.
+32. **The Spark decode stage starts one kind of Python worker** (`pipeline/job.py`,
+   `stage_decoded`; `pipeline/decode.py`, `staging_writer`). The stage's input was a DataFrame
+   made from Python rows (the bins and their files), which Spark turns into rows in Python
+   workers of its own, besides the workers of `mapInArrow`. It is now `spark.range(bins)`, one
+   bin per task, with each bin's files carried in the writer's closure. In one session with
+   the code before and after: the first run of the stage 4.7 s before, 3.6 s after; warm
+   runs 2.2--2.4 s before, 1.9--2.2 s after (the single process took 2.0 s on the same files).
+   In the pipeline section's run: 0.32× → 0.51× one process (two runs in the same hour). What
+   is left is a fixed cost: the first `mapInArrow` job of a JVM takes 2.5 s even for two rows
+   that it hands back unchanged (0.2 s the second time) -- classes loaded and code run cold
+   in the JVM, Python's side (the daemon, the workers' imports) is 0.3 s of it. Tried, not
+   kept: the staging Parquet written without dictionaries or statistics (the stage 5--8 %
+   faster when warm, reading it back slower, within this machine's noise overall).
 
 ## Where the targets stand, and what limits them
 
@@ -425,28 +458,29 @@ Each target, the figure this document holds, and what stands in the way:
   per second -- the fsync is shared across connections and partitions (item 13), the
   per-request CPU is not;
 - offsets-log replay ≥ 100 MiB/s: met on the offsets-log section's log -- 293 MiB/s (item
-  15), a log of commits to few keys, as a busy group's partition is. Not on every log: the
-  pipeline section's synthetic log (400 groups, 128 partitions each, 2 % of commits in
-  transactions) replays at 39 MiB/s in this document's run (21--37 MiB/s in the runs of items
-  20 and 25). Each transaction's
-  marker ends a run of the compiled scan, and folding a run stores every key it touched, so
-  the cost follows keys touched per run, not bytes: of one 25 MiB partition's 0.8 s before
-  item 25, the scan took 0.2, the folds 0.45 (1,800 keys each, 176 of them), decoding the last
-  values 0.13; compiled, the folds still pay a dictionary update per key touched. A log of
-  transactional or compressed batches only is read by the Python reader, at about 15 MiB/s;
+  15), a log of commits to few keys, as a busy group's partition is. On the pipeline
+  section's synthetic log (400 groups, 128 partitions each, 2 % of commits in transactions):
+  met in the interleaved runs of item 31 (98--104 MiB/s for all eight partitions, 127--136
+  MiB/s for one), 85 MiB/s in this document's pipeline run, made in a slower phase of the
+  machine (39 MiB/s before item 31). What a key-heavy partition costs now follows records,
+  not keys: the compiled scan takes about half, making a key and a value object and a
+  dictionary update per record. A log of transactional or compressed batches only is read by
+  the Python reader, at about 15 MiB/s;
 - pipeline decode ≥ 30 MiB/s: met in one process -- 93 MiB/s (1.47M records/s) on the
   pipeline section's log (item 18; about 31 MiB/s on a log dense in group records, whose
   members are decoded in Python);
-- Spark ≥ 1× one process on large logs: not met -- Spark's decode stage ran at 0.34× the
-  single process in this document's run (0.48× in the previous one, 0.17× before item 24;
-  the single process gained more from the machine's fast hour than Spark did): on 2 cores
-  each task decodes its bins and writes them as Parquet (the write costs about 0.6 of the
-  decode), behind the start of Spark's Python workers (before item 18 the ratio was 0.94×,
-  with both sides limited by decoding in Python);
-- `rallypoint report` on a small log ≤ 20 s: met in this document's run, on the edge -- a
-  median of 19.8 s (17.7--23.2 s, three runs), against 24 s and 30 s in earlier documents'
-  runs while the machine ran at its usual and at its slow speed (item 19); not met on a
-  slower hour. What remains is the JVM: starting it and the SparkSession (5--8 s), loading
+- Spark ≥ 1× one process on large logs: not met in one cold run -- Spark's decode stage ran at
+  0.51× the single process in this document's run (0.32× before item 32, 0.17× before item
+  24); met once the JVM has run a Python job: warm runs of the stage take 1.9--2.2 s for
+  the 2.0 s of one process (item 32). The difference is a fixed cost of about 2.5 s, the
+  first `mapInArrow` job in a fresh JVM (2 rows handed back unchanged take as long), so the
+  cold ratio rises with the log: on 2 cores each task decodes its bins and writes them as
+  Parquet, and the two tasks at once only just outrun one process that decodes without
+  writing;
+- `rallypoint report` on a small log ≤ 20 s: met in this document's run -- a median of 17.7
+  s (16.7--18.5 s, three runs; 19.8 s in the previous document's), against 24 s and 30 s in
+  earlier documents' runs while the machine ran at its usual and at its slow speed (item
+  19); not met on a slower hour. What remains is the JVM: starting it and the SparkSession (5--8 s), loading
   classes from Spark's 280 jars on first use (the main thread's Java samples sit in jar
   lookups), and planning some 30 queries in a cold JVM. Measured but not adopted: a dynamic
   class-data-sharing archive of the driver JVM cut the SparkSession start from 5.6 to 3.3 s
