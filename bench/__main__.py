@@ -453,11 +453,11 @@ Each target, the figure this document holds, and what stands in the way:
   to 61k requests/s), OffsetFetch at 4×8 and 16×16 (0.29×) and OffsetCommit (0.14--0.15×) --
   one event loop's CPU per request (above);
 - durable commits through the broker ≥ 20,000 partition-commits/s with 50 connections: met
-  when each OffsetCommit carries the partitions a consumer owns (10 per request: 36.7k in the
+  when each OffsetCommit carries the partitions a consumer owns (10 per request: 36.3k in the
   offsets-log section); with one partition per request the figure is the request rate, 5--10k
   per second -- the fsync is shared across connections and partitions (item 13), the
   per-request CPU is not;
-- offsets-log replay ≥ 100 MiB/s: met on the offsets-log section's log -- 293 MiB/s (item
+- offsets-log replay ≥ 100 MiB/s: met on the offsets-log section's log -- 298 MiB/s (item
   15), a log of commits to few keys, as a busy group's partition is. On the pipeline
   section's synthetic log (400 groups, 128 partitions each, 2 % of commits in transactions):
   met in the interleaved runs of item 31 (98--104 MiB/s for all eight partitions, 127--136
