@@ -454,7 +454,7 @@ Each target, the figure this document holds, and what stands in the way:
   one event loop's CPU per request (above);
 - durable commits through the broker ≥ 20,000 partition-commits/s with 50 connections: met
   when each OffsetCommit carries the partitions a consumer owns (10 per request: 36.3k in the
-  offsets-log section); with one partition per request the figure is the request rate, 5--10k
+  offsets-log section); with one partition per request the figure is the request rate, 5--12k
   per second -- the fsync is shared across connections and partitions (item 13), the
   per-request CPU is not;
 - offsets-log replay ≥ 100 MiB/s: met on the offsets-log section's log -- 298 MiB/s (item
