@@ -431,22 +431,16 @@ cdef inline void _putstr(_Buf *offsets, _Buf *data, const unsigned char *src, Py
 cdef inline bint _ascii_string(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t end,
                                Py_ssize_t *start, Py_ssize_t *size) noexcept:
     """A non-null classic STRING (int16 length) of ASCII bytes at ``pos``, inside ``end``."""
-    cdef Py_ssize_t p = pos[0]
-    cdef Py_ssize_t n, i
-    if end - p < 2:
+    cdef Py_ssize_t stop = _classic_str(buf, pos[0], end)
+    cdef Py_ssize_t i
+    if stop < 0:
         return False
-    n = (buf[p] << 8) | buf[p + 1]
-    if n & 0x8000:
-        return False
-    p += 2
-    if n > end - p:
-        return False
-    for i in range(n):
-        if buf[p + i] >= 0x80:
+    for i in range(pos[0] + 2, stop):
+        if buf[i] >= 0x80:
             return False
-    start[0] = p
-    size[0] = n
-    pos[0] = p + n
+    start[0] = pos[0] + 2
+    size[0] = stop - start[0]
+    pos[0] = stop
     return True
 
 

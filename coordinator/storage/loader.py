@@ -271,7 +271,7 @@ class StateBuilder:
 
     def _stages_only(self, batch: RecordBatch) -> bool:
         """Whether the records of a transactional batch touch nothing a fold changes: offset
-        commits go to the producer's staged offsets, until its marker (which folds first); only
+        commits go to the producer's staged offsets, until its marker; only
         a group record would change the state itself.  So what the scan took before such a
         batch can wait for the next fold (docs/offsets-log-format.md, "Recovery at start-up")."""
         for rec in batch.records:
