@@ -408,16 +408,31 @@ changed (before/after figures are the side-by-side rows of this document's histo
    in the JVM, Python's side (the daemon, the workers' imports) is 0.3 s of it. Tried, not
    kept: the staging Parquet written without dictionaries or statistics (the stage 5--8 %
    faster when warm, reading it back slower, within this machine's noise overall).
+33. **A pipelining connection's turn is 16 requests, not 8** (`_TURN` in
+   `coordinator/server.py`). A connection whose next request is already buffered takes a turn
+   every `_TURN` requests: its answers so far are flushed, and it yields to the others through
+   a gate that lets one such connection through per event-loop iteration. At 16 connections of
+   16 in flight, a turn every 8 requests split each connection's window in two, each half with
+   its own flush, yield and wake-up. Measured in one process per setting, interleaved twice
+   (requests/s): Heartbeat (Stable group) 16×16 58--68k at 8, 71--83k at 16, 74--83k at 32,
+   74--80k at 64; OffsetFetch 16×16 34--41k → 47--48k (32 and 64 no better); Heartbeat 4×8
+   70--73k at every setting. A turn is still well under a millisecond of work, and the
+   fairness tests hold (a 40,000-request pipeline served while another connection's pings stay
+   under 0.25 s; 50 non-reading pipeliners and 50 stalled frames beside a pinger under 0.5 s:
+   `tests/test_limits_connections.py`). In the hot-path section, run after it: Heartbeat at
+   16×16 0.38× → 0.68× (Stable group) and 0.46× → 0.74× (unknown member), OffsetFetch 0.29× →
+   0.35--0.39×, ApiVersions 0.70× → 1.14× (a faster hour helped too: the 1×1 rows, which never
+   take a turn, moved by +10 to +30 %).
 
 ## Where the targets stand, and what limits them
 
 The side-by-side hot-path table is the yardstick (librdkafka's C mock in the same run). This
-document's figures were measured in a fast phase of the machine (the previous document's in
-a phase about 1.7 times slower: both sides move, the ratios less so); the hot-path and
-side-by-side sections after item 29. At one connection with one request in flight rallypoint
-is at 0.41–0.67× the mock; at 4×8 and 16×16 ApiVersions is at 0.70–0.80×, Metadata at
-0.62–0.67×, Heartbeat at 0.53–0.55× at 4×8 and 0.38–0.46× at 16×16, OffsetFetch at 0.29× and
-OffsetCommit at 0.14–0.15×. What limits rallypoint is CPU on one event loop, not I/O: under
+document's figures were measured in a fast phase of the machine (earlier documents' in a
+phase up to 1.7 times slower: both sides move, the ratios less so); the hot-path section
+after item 33, the side-by-side section after item 29. At one connection with one request in
+flight rallypoint is at 0.45–0.74× the mock; at 4×8 and 16×16 ApiVersions is at 0.93–1.14×,
+Metadata at 0.71–0.75×, Heartbeat at 0.54–0.63× at 4×8 and 0.68–0.74× at 16×16, OffsetFetch
+at 0.35–0.39× and OffsetCommit at 0.16–0.17×. What limits rallypoint is CPU on one event loop, not I/O: under
 every concurrent row the broker process sits at 100 % of one core while the load generator
 has the other, and the mock, a C loop, answers 115k–130k requests/s.
 
@@ -439,7 +454,7 @@ lookup and result objects), the answer encoded and framed. Of a Heartbeat's 122k
 thin over the interpreter's C helpers (object allocation and release, frames, dictionary and
 attribute lookups: none above 3 %), msgspec, kio and uvloop: there is no single hot spot left
 to remove, only Python executed per request. Compiling it as it is buys 3--15 % with Cython
-and −9 to +12 % with mypyc (item 30), not the 1.3--3.6× the rows below need. For
+and −9 to +12 % with mypyc (item 30), not the 1.3--3.1× the rows below need. For
 OffsetCommit, add the `__consumer_offsets` record encoded, a batch with its CRC built and
 written (a `write` per request at `flush=never`), the write acknowledged as an event and the
 answer made from the result: Kafka's semantics are the work, while the mock acknowledges an
@@ -447,11 +462,10 @@ OffsetCommit without writing anything.
 
 Each target, the figure this document holds, and what stands in the way:
 
-- every hot-path row ≥ 0.5× the mock: met at 1×1 for every row but OffsetCommit (0.41×), at
-  every level for ApiVersions and Metadata, and at 4×8 for both Heartbeat rows (0.53×,
-  0.55×); not met for Heartbeat at 16×16 (0.38×, 0.46×; the Stable row's runs spread from 46k
-  to 61k requests/s), OffsetFetch at 4×8 and 16×16 (0.29×) and OffsetCommit (0.14--0.15×) --
-  one event loop's CPU per request (above);
+- every hot-path row ≥ 0.5× the mock: met at 1×1 for every row but OffsetCommit (0.45×), and
+  at every level for ApiVersions, Metadata and both Heartbeat rows (0.54--0.74× at 4×8 and
+  16×16, item 33); not met for OffsetFetch at 4×8 and 16×16 (0.39×, 0.35×) and OffsetCommit
+  (0.16--0.17×) -- one event loop's CPU per request (above);
 - durable commits through the broker ≥ 20,000 partition-commits/s with 50 connections: met
   when each OffsetCommit carries the partitions a consumer owns (10 per request: 36.3k in the
   offsets-log section); with one partition per request the figure is the request rate, 5--12k
@@ -502,8 +516,8 @@ Each target, the figure this document holds, and what stands in the way:
   allocator's overhead on them, and the control plane's bounded request log and per-group
   history.
 
-One event loop has not reached the 0.5× target on Heartbeat at 16×16, or on the OffsetFetch and
-OffsetCommit rows under concurrency. Spreading connections over several processes would need
+One event loop has not reached the 0.5× target on the OffsetFetch and OffsetCommit rows under
+concurrency. Spreading connections over several processes would need
 the group state sharded by `__consumer_offsets` partition with a process per shard (the sans-IO
 machines allow it; connections would be handed to the process owning their group's partition)
 -- not done: a test broker's other requirements (one process that starts in a fraction of a
