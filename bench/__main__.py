@@ -428,11 +428,12 @@ changed (before/after figures are the side-by-side rows of this document's histo
 
 The side-by-side hot-path table is the yardstick (librdkafka's C mock in the same run). This
 document's figures were measured in a fast phase of the machine (earlier documents' in a
-phase up to 1.7 times slower: both sides move, the ratios less so); the hot-path section
-after item 33, the side-by-side section after item 29. At one connection with one request in
-flight rallypoint is at 0.45–0.74× the mock; at 4×8 and 16×16 ApiVersions is at 0.93–1.14×,
-Metadata at 0.71–0.75×, Heartbeat at 0.54–0.63× at 4×8 and 0.68–0.74× at 16×16, OffsetFetch
-at 0.35–0.39× and OffsetCommit at 0.16–0.17×. What limits rallypoint is CPU on one event loop, not I/O: under
+phase up to 1.7 times slower: both sides move, the ratios less so); the hot-path and
+side-by-side sections after item 33 (side by side: heartbeat round trips 0.59×,
+produce→consume 1.01×). At one connection with one request in flight rallypoint is at
+0.45–0.74× the mock; at 4×8 and 16×16 ApiVersions is at 0.93–1.14×, Metadata at 0.71–0.75×,
+Heartbeat at 0.54–0.63× at 4×8 and 0.68–0.74× at 16×16, OffsetFetch at 0.35–0.39× and
+OffsetCommit at 0.16–0.17×. What limits rallypoint is CPU on one event loop, not I/O: under
 every concurrent row the broker process sits at 100 % of one core while the load generator
 has the other, and the mock, a C loop, answers 115k–130k requests/s.
 
