@@ -93,6 +93,7 @@ def request_header_version(api_key: int, version: int) -> int:
     return 2 if ff is not None and version >= ff else 1
 
 
+@functools.cache
 def response_header_version(api_key: int, version: int) -> int:
     if api_key == 18:  # ApiVersions: always header v0 (KIP-511)
         return 0
@@ -390,14 +391,7 @@ def encode_response(
             body = _encode_dict(response_class(api_key, version), data)
     else:
         body = encode_message(data)
-    header_version = _RESPONSE_HEADER_VERSIONS.get(api_key << 16 | version)
-    if header_version is None:
-        header_version = _RESPONSE_HEADER_VERSIONS[api_key << 16 | version] = response_header_version(api_key, version)
-    return framing.response_frame(correlation_id, header_version, body)
-
-
-# (api_key << 16 | version) -> response header version, filled as answers are encoded
-_RESPONSE_HEADER_VERSIONS: dict[int, int] = {}
+    return framing.response_frame(correlation_id, response_header_version(api_key, version), body)
 
 
 def encode_request(
