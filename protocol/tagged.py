@@ -33,11 +33,13 @@ What the walk bounds (docs/reliability.md, "Limits"):
 
 from __future__ import annotations
 
+import array
 import contextlib
 import dataclasses
 import functools
 import struct
-from collections.abc import Iterator
+import types
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from kio._kio_native import entity_reader, get_reader
@@ -423,6 +425,18 @@ def read(cls: type, buf: Buffer, pos: int = 0, max_elements: int | None = None) 
     ``max_elements`` bounds the array elements and tagged fields of the whole message
     (:class:`TooManyElements` beyond it); ``None`` means no bound besides the bytes.
     """
+    if _check is not None and _compiled_walkers:
+        program = _program(cls)
+        if program:
+            end = _check(program, buf, pos, -1 if max_elements is None else max_elements)
+            if end >= 0:
+                try:
+                    msg, size = _native(cls)(buf, pos)
+                except Exception:
+                    pass  # refused (a string that is not UTF-8 ...): the walk words it
+                else:
+                    if pos + size == end:
+                        return msg, end
     view = buf if isinstance(buf, memoryview) else memoryview(buf)
     budget = _UNLIMITED if max_elements is None else Budget(max_elements)
     return _read(cls, view, pos, budget)
@@ -431,3 +445,87 @@ def read(cls: type, buf: Buffer, pos: int = 0, max_elements: int | None = None) 
 def decode_skipping_unknown_tags(cls: type, buf: Buffer, offset: int = 0) -> Any:
     msg, _pos = read(cls, buf, offset)
     return msg
+
+
+# ------------------------------------------------------------------ checked native reads
+#
+# kio's native reader builds a whole message in one call, some eight times faster than walking
+# it in Python, and is unsafe only on bytes this module exists to refuse (a huge array length,
+# an unknown tagged field).  So a message with arrays is first checked by a compiled walk that
+# makes no objects (``protocol/_reqcheck.pyx``: lengths against the bytes left, nulls, the
+# element budget, no tagged field anywhere); only a message it vouches for is read natively,
+# and only when the native reader ends where the check did.  Anything else -- tagged fields, a
+# refusal, the extension not built -- is walked as before, which words every refusal.
+# tests/test_request_decoders.py holds this path to the interpreting walk on every request
+# version served, valid and corrupted bytes.
+
+_reqcheck: types.ModuleType | None
+try:
+    from . import _reqcheck
+except ImportError:  # no C compiler at install, or a source tree never built
+    _reqcheck = None
+_check: Callable[[bytes, Buffer, int, int], int] | None = None if _reqcheck is None else _reqcheck.check
+_OPS: dict[str, int] = {} if _reqcheck is None else _reqcheck.OPS
+
+
+class _Uncovered(Exception):
+    """A field of a kind the shape check does not cover."""
+
+
+@functools.cache
+def _program(cls: type) -> bytes:
+    """The shape check's program for ``cls`` (``protocol/_reqcheck.pyx``), or b"" when a field
+    is of a kind it does not cover (then the message is always walked)."""
+    if not _OPS or not has_arrays(cls):
+        return b""
+    words: list[int] = []
+
+    def struct(c: type) -> int:
+        """Append ``c``'s program (its nested structs after it) and answer where it starts."""
+        start = len(words)
+        flexible = bool(getattr(c, "__flexible__", False))
+        nested: list[tuple[int, type]] = []  # (index of the word to patch, struct)
+        last_skip = -1  # where the last SKIP op of this struct is
+        for f in dataclasses.fields(c):
+            if get_field_tag(f) is not None:
+                continue  # a tagged field: present only in a tagged section, which the check refuses
+            fc = classify_field(f)
+            optional = is_optional(f)
+            kafka_type = f.metadata.get("kafka_type", "")
+            if isinstance(fc, EntityTupleField):
+                words.extend((_OPS["ARRAY_STRUCT"], flexible, optional, max(1, min_size(fc.type_)), -1))
+                nested.append((len(words) - 1, fc.type_))
+            elif isinstance(fc, EntityField):
+                if optional and not flexible:
+                    raise _Uncovered(f.name)
+                words.extend((_OPS["NULLABLE_STRUCT"] if optional else _OPS["STRUCT"], -1))
+                nested.append((len(words) - 1, fc.type_))
+            elif isinstance(fc, PrimitiveTupleField):
+                if kafka_type in _FIXED_SIZE:
+                    words.extend((_OPS["ARRAY_FIXED"], flexible, optional, _FIXED_SIZE[kafka_type]))
+                elif kafka_type == "string":
+                    words.extend((_OPS["ARRAY_STRING"], flexible, optional))
+                else:
+                    raise _Uncovered(f.name)
+            elif kafka_type in _FIXED_SIZE:
+                if last_skip == len(words) - 2:
+                    words[-1] += _FIXED_SIZE[kafka_type]  # runs of fixed-width fields: one SKIP
+                else:
+                    last_skip = len(words)
+                    words.extend((_OPS["SKIP"], _FIXED_SIZE[kafka_type]))
+            elif kafka_type == "string":
+                words.extend((_OPS["STRING"], flexible, optional))
+            elif kafka_type in ("bytes", "records"):
+                words.extend((_OPS["BYTES"], flexible, optional))
+            else:
+                raise _Uncovered(f.name)
+        words.extend((_OPS["END"], flexible))
+        for index, c2 in nested:
+            words[index] = struct(c2)
+        return start
+
+    try:
+        struct(cls)
+    except _Uncovered:
+        return b""
+    return array.array("i", words).tobytes()

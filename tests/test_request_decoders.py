@@ -1,4 +1,5 @@
-"""The compiled request walkers (protocol/tagged.py, "compiled walkers") read exactly what the
+"""The compiled request walkers (protocol/tagged.py, "compiled walkers") and the checked native
+reads (protocol/tagged.py, "checked native reads"; protocol/_reqcheck.pyx) read exactly what the
 interpreting walk reads, and refuse exactly what it refuses, for every request version served.
 
 Requests are generated from each schema (tests/support/schema_values.py) and encoded by the
@@ -9,9 +10,11 @@ positions, or both refuse; the element budget (rallypoint.request.max.elements) 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
+from kio.serial._introspect import get_field_tag
 from rallypoint.protocol import codec, tagged
 from rallypoint.protocol.apis import SERVED_APIS
 
@@ -77,8 +80,87 @@ def test_compiled_walkers_read_and_refuse_as_the_interpreting_walk(api_key: int,
     assert read_whole >= 5, "too few messages generated to say anything"
 
 
-def test_the_server_path_uses_the_compiled_walker() -> None:
-    """An OffsetCommit request is read by its compiled walker (not the interpreting walk)."""
+def _checked() -> object:
+    check = tagged._check
+    assert check is not None, "protocol/_reqcheck.pyx was not built"
+    return check
+
+
+@pytest.mark.parametrize(("api_key", "version"), SERVED)
+def test_the_shape_check_vouches_only_for_what_the_native_reader_reads_as_the_walk(api_key: int, version: int) -> None:
+    """Where the compiled shape check accepts bytes, kio's native reader ends where it ends and
+    gives the interpreting walk's message; it accepts most generated messages without tagged
+    fields (so the fast path is taken, not always declined)."""
+    check = _checked()
+    cls = codec.request_class(api_key, version)
+    program = tagged._program(cls)
+    if not tagged.has_arrays(cls):
+        assert program == b""
+        pytest.skip("read by kio's native reader alone")
+    assert program, "the shape check does not cover this request"
+    rng = random.Random(f"check {api_key}/{version}")
+    vouched = plain = 0
+    for _ in range(30):
+        try:
+            data = codec.encode_message(codec.build(cls, random_message(rng, cls, odd=False)))
+        except Exception:
+            continue
+        with tagged.interpreted():
+            expected = _read(cls, data, None)
+        if isinstance(expected, str):
+            continue  # a generated message the reader refuses (a null the version does not allow)
+        plain += not _has_tagged_fields(expected[0])
+        for candidate in [data, *_corruptions(rng, data)]:
+            end = check(program, candidate, 0, -1)  # type: ignore[operator]
+            if end < 0:
+                continue
+            if candidate is data:
+                vouched += 1
+            with tagged.interpreted():
+                walked = _read(cls, candidate, None)
+            try:
+                msg, size = tagged._native(cls)(candidate, 0)
+            except Exception:
+                assert isinstance(walked, str), candidate  # the walk refuses it too
+                continue
+            assert size == end, candidate
+            assert (msg, size) == walked, candidate
+            # the element budget: vouched only when the arrays hold no more than it allows
+            elements = _elements(msg)
+            assert check(program, candidate, 0, elements) == end  # type: ignore[operator]
+            if elements:
+                assert check(program, candidate, 0, elements - 1) == -1  # type: ignore[operator]
+    assert vouched >= plain * 0.9, (vouched, plain)
+
+
+def _elements(msg: object) -> int:
+    """Array elements in a decoded message (what the element budget counts, without tags)."""
+    total = 0
+    if dataclasses.is_dataclass(msg):
+        for f in dataclasses.fields(msg):
+            total += _elements(getattr(msg, f.name))
+    elif isinstance(msg, tuple):
+        total += len(msg)
+        for item in msg:
+            total += _elements(item)
+    return total
+
+
+def _has_tagged_fields(msg: object) -> bool:
+    """Does the message set a tagged field (so the shape check must decline it)?"""
+    if dataclasses.is_dataclass(msg):
+        for f in dataclasses.fields(msg):
+            value = getattr(msg, f.name)
+            if get_field_tag(f) is not None and value != f.default and value is not None:
+                return True
+            if _has_tagged_fields(value):
+                return True
+    elif isinstance(msg, tuple):
+        return any(_has_tagged_fields(item) for item in msg)
+    return False
+
+
+def _offset_commit(tagged_field: bool) -> bytes:
     cls = codec.request_class(8, 9)
     body = {
         "group_id": "g",
@@ -87,17 +169,49 @@ def test_the_server_path_uses_the_compiled_walker() -> None:
         "topics": [{"name": "t", "partitions": [{"partition_index": 0, "committed_offset": 5}]}],
     }
     data = codec.encode_message(codec.build(cls, body))
-    calls = []
-    real = tagged._walk
+    if tagged_field:
+        assert data.endswith(b"\x00\x00\x00")  # partition, topic and request: no tagged fields
+        data = data[:-1] + b"\x01\x07\x01\x00"  # the request: one field, unknown tag 7
+    return data
 
-    def spy(*args: object) -> object:
-        calls.append(args[0])
-        return real(*args)  # type: ignore[arg-type]
+
+def _spied(data: bytes) -> tuple[object, list[str]]:
+    calls: list[str] = []
+    real_walk, real_walker = tagged._walk, tagged.walker
+
+    def spy_walk(*args: object) -> object:
+        calls.append("walk")
+        return real_walk(*args)  # type: ignore[arg-type]
+
+    def spy_walker(cls: type) -> object:
+        calls.append("compiled walker")
+        return real_walker(cls)
 
     try:
-        tagged._walk = spy  # type: ignore[assignment]
+        tagged._walk = spy_walk  # type: ignore[assignment]
+        tagged.walker = spy_walker  # type: ignore[assignment]
         msg = codec.decode_request(8, 9, data)
     finally:
-        tagged._walk = real  # type: ignore[assignment]
+        tagged._walk = real_walk  # type: ignore[assignment]
+        tagged.walker = real_walker  # type: ignore[assignment]
+    return msg, calls
+
+
+def test_the_server_path_reads_a_plain_request_natively_after_the_check() -> None:
+    """A plain OffsetCommit request is read by the checked native read (no walk at all); one
+    with a tagged field by the compiled walker, which skips the unknown tag."""
+    _checked()
+    msg, calls = _spied(_offset_commit(False))
     assert calls == []
-    assert msg.topics[0].partitions[0].committed_offset == 5
+    assert msg.topics[0].partitions[0].committed_offset == 5  # type: ignore[attr-defined]
+    msg, calls = _spied(_offset_commit(True))
+    assert calls == ["compiled walker"]
+    assert msg.topics[0].partitions[0].committed_offset == 5  # type: ignore[attr-defined]
+
+
+def test_without_the_extension_requests_are_walked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pure-Python path: with the shape check not built, the compiled walker reads it."""
+    monkeypatch.setattr(tagged, "_check", None)
+    msg, calls = _spied(_offset_commit(False))
+    assert calls == ["compiled walker"]
+    assert msg.topics[0].partitions[0].committed_offset == 5  # type: ignore[attr-defined]
