@@ -32,7 +32,7 @@ open('/tmp/dependencies.txt', 'w').write('\n'.join(p['project']['dependencies'])
     && /opt/build-venv/bin/pip wheel --only-binary=:all: --wheel-dir /wheels --requirement /tmp/dependencies.txt \
     && rm /tmp/dependencies.txt /tmp/backend.txt
 # rallypoint itself, built from the source tree, offline; with no compiler here its optional
-# compiled record walk is skipped (docs/docker.md).
+# compiled extensions are skipped (docs/docker.md).
 COPY README.md ./
 COPY protocol/ protocol/
 COPY coordinator/ coordinator/
