@@ -377,6 +377,8 @@ def encode_response(
     elif type(data) is dict or isinstance(data, Mapping):
         if api_key == metadata_response.API_KEY:
             body = metadata_response.encode(version, data)
+        elif (compiled := response_encoders.encode_compiled(response_class(api_key, version), data)) is not None:
+            body = compiled  # the compiled program (protocol/_encode.pyx), when built
         elif len(data) <= _SMALL and all(type(v) in _SCALARS for v in data.values()):
             # A small answer of numbers only (Heartbeat, LeaveGroup v0-2, ...): the same few
             # bodies over and over, so the generic encoder's output is kept per content.

@@ -23,13 +23,15 @@ version served (``tests/test_response_encoders.py``):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import functools
 import io
 import itertools
 import struct
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from .framing import write_uvarint
@@ -153,6 +155,20 @@ class _Gen:
             return None
         return buf.getvalue()
 
+    def defaults(
+        self, f: dataclasses.Field[Any], plan: tuple[Any, ...], flexible: bool
+    ) -> tuple[bytes | None, bytes | None]:
+        """The bytes of field ``f`` when the answer lacks it and when it gives None (None: the
+        field may not be left out / be None)."""
+        _name, _conv, nested, default = plan
+        codec = self.codec
+        if default is codec._NO_DEFAULT:
+            default_value = codec.build(nested, {}) if nested is not None else _MISSING
+        else:
+            default_value = default
+        missing = self._kio_bytes(f, flexible, default_value) if default_value is not _MISSING else None
+        return missing, self._kio_bytes(f, flexible, None)
+
     def _field(self, f: dataclasses.Field[Any], plan: tuple[Any, ...], flexible: bool) -> list[str]:
         from kio.serial._introspect import (
             EntityField,
@@ -162,14 +178,8 @@ class _Gen:
             is_optional,
         )
 
-        name, conv, nested, default = plan
-        codec = self.codec
-        if default is codec._NO_DEFAULT:
-            default_value = codec.build(nested, {}) if nested is not None else _MISSING
-        else:
-            default_value = default
-        missing = self._kio_bytes(f, flexible, default_value) if default_value is not _MISSING else None
-        null = self._kio_bytes(f, flexible, None)
+        name, conv, _nested, _default = plan
+        missing, null = self.defaults(f, plan, flexible)
         lines = [f"v = d.get({name!r}, M)"]
         lines.append("if v is M: raise F" if missing is None else f"if v is M: out += {self.const(missing)}")
         lines.append("elif v is None: raise F" if null is None else f"elif v is None: out += {self.const(null)}")
@@ -264,16 +274,18 @@ class _Gen:
 
         return self.const(generic, "g")
 
-    def _tagged_field(self, f: dataclasses.Field[Any], tag: int, plan: tuple[Any, ...]) -> list[str]:
-        """A tagged field: written unless its (converted) value is kio's default for it."""
+    def tagged_writer(
+        self, f: dataclasses.Field[Any], tag: int, plan: tuple[Any, ...]
+    ) -> tuple[Callable[[Any], bytes | None], Any]:
+        """(the bytes of tagged field ``f`` for a converted value, None when it is the default;
+        the value when the answer lacks it, or _MISSING when it must be given)."""
         from kio.serial._implicit_defaults import get_tagged_field_default
         from kio.serial._serialize import get_field_writer
 
-        name, conv, nested, default = plan
+        _name, _conv, nested, default = plan
         codec = self.codec
         writer = get_field_writer(f, flexible=True, is_request_header=False, is_tag=True)
         implicit = get_tagged_field_default(f)
-        convert = codec.convert_field
 
         def tagged_bytes(value: Any) -> bytes | None:
             if value == f.default or (f.default is dataclasses.MISSING and value == implicit):
@@ -287,6 +299,13 @@ class _Gen:
             absent: Any = codec.build(nested, {}) if nested is not None else _MISSING
         else:
             absent = default
+        return tagged_bytes, absent
+
+    def _tagged_field(self, f: dataclasses.Field[Any], tag: int, plan: tuple[Any, ...]) -> list[str]:
+        """A tagged field: written unless its (converted) value is kio's default for it."""
+        name, conv, nested, _default = plan
+        tagged_bytes, absent = self.tagged_writer(f, tag, plan)
+        convert = self.codec.convert_field
         lines = [f"v = d.get({name!r}, M)"]
         if absent is _MISSING:
             lines.append("if v is M: raise F")
@@ -330,3 +349,145 @@ def source_of(cls: type) -> str:
     gen = _Gen()
     gen.struct_fn(cls)
     return "\n".join(gen.lines)
+
+
+# ------------------------------------------------------------------ compiled programs
+#
+# The generated encoders above are Python: for a small answer such as OffsetFetch's, most of
+# its encoding time is the interpreter stepping through them.  When the install built
+# ``protocol/_encode.pyx``, the same layout is also described as a program (nested tuples, one
+# entry per field, with the bytes of a missing or None field computed here exactly as the
+# generated code's) that the compiled ``encode`` follows; it declines (None) whatever the
+# generated encoder would not write the common way, and the generated encoder answers those.
+# tests/test_response_encoders.py holds the three paths to the same bytes.
+
+_encode: types.ModuleType | None
+try:
+    from . import _encode
+except ImportError:  # no C compiler at install, or a source tree never built
+    _encode = None
+
+_compiled_programs = True
+
+# The non-zero error codes of an answer along a program of the paths to them, or None
+# (``protocol/_encode.pyx``; used by the request log, coordinator/control/shapes.py).
+compiled_codes: Callable[[tuple[Any, ...], Any], tuple[int, ...] | None] | None = (
+    None if _encode is None else _encode.codes
+)
+
+
+@contextlib.contextmanager
+def generated_only() -> Iterator[None]:
+    """Encode with the generated Python encoders only (what tests hold the programs to)."""
+    global _compiled_programs
+    _compiled_programs = False
+    try:
+        yield
+    finally:
+        _compiled_programs = True
+
+
+def encode_compiled(cls: type, data: Any) -> bytes | None:
+    """``data``'s body by the compiled program of ``cls``, or None (not built, no program, or
+    an answer it declines)."""
+    program = _program(cls) if _compiled_programs else None
+    if program is None or _encode is None:
+        return None
+    body: bytes | None = _encode.encode(program, data)
+    return body
+
+
+@functools.cache
+def _program(cls: type) -> tuple[Any, ...] | None:
+    if _encode is None:
+        return None
+    try:
+        return _Programs(_encode.KINDS).struct(cls)
+    except Exception:
+        return None
+
+
+class _Programs:
+    """The program of a response class for ``protocol/_encode.pyx`` (its entries described there)."""
+
+    def __init__(self, kinds: dict[str, int]) -> None:
+        self.k = kinds
+        self.gen = _Gen()
+        self.errors = _error_codes()
+
+    def struct(self, cls: type) -> tuple[Any, ...]:
+        from kio.serial._introspect import (
+            EntityField,
+            EntityTupleField,
+            PrimitiveTupleField,
+            classify_field,
+            get_field_tag,
+            is_optional,
+        )
+
+        k = self.k
+        flexible = bool(getattr(cls, "__flexible__", False))
+        plans = {p[0]: p for p in self.gen.codec._build_plan(cls)}
+        entries: list[tuple[Any, ...]] = []
+        tagged: list[tuple[int, dataclasses.Field[Any]]] = []
+        for f in dataclasses.fields(cls):
+            tag = get_field_tag(f)
+            if tag is not None:
+                tagged.append((int(tag), f))
+                continue
+            plan = plans[f.name]
+            name, conv, _nested, _default = plan
+            missing, null = self.gen.defaults(f, plan, flexible)
+            fc = classify_field(f)
+            kafka_type = f.metadata.get("kafka_type", "")
+            if isinstance(fc, EntityField):
+                entries.append((k["STRUCT"], name, missing, null, self.struct(fc.type_), is_optional(f)))
+            elif isinstance(fc, EntityTupleField):
+                entries.append((k["STRUCTS"], name, missing, null, self.struct(fc.type_), flexible))
+            elif isinstance(fc, PrimitiveTupleField):
+                item = self._item(kafka_type, flexible, conv)
+                if item is None:
+                    entries.append((k["OTHER"], name, missing, null, None, None))
+                else:
+                    entries.append((k["ARRAY"], name, missing, null, item, flexible))
+            else:
+                item = self._item(kafka_type, flexible, conv)
+                if item is None:
+                    entries.append((k["OTHER"], name, missing, null, None, None))
+                else:
+                    entries.append((item[0], name, missing, null, item[4], item[5]))
+        if flexible:
+            names = []
+            section: list[bytes] | None = []
+            for number, f in sorted(tagged, key=lambda t: t[0]):
+                names.append(f.name)
+                tagged_bytes, absent = self.gen.tagged_writer(f, number, plans[f.name])
+                if absent is _MISSING:
+                    section = None  # must be given: the generated encoder refuses it
+                elif section is not None:
+                    when_absent = tagged_bytes(absent)
+                    if when_absent is not None:
+                        section.append(when_absent)
+            written = None if section is None else _uvarint(len(section)) + b"".join(section)
+            entries.append((k["TAGS"], "", None, None, tuple(names), written))
+        return tuple(entries)
+
+    def _item(self, kafka_type: str, flexible: bool, conv: Any) -> tuple[Any, ...] | None:
+        """The entry of a primitive value, as ``_Gen._primitive`` writes it (None: not covered)."""
+        k = self.k
+        if kafka_type in _INT_FORMATS and conv is None:
+            fmt = _INT_FORMATS[kafka_type]
+            if fmt in ("d", "Q"):
+                return None
+            return (k["INT"], "", None, None, struct.calcsize(fmt), fmt.islower())
+        if kafka_type in _DURATIONS:
+            return (k["DURATION"], "", None, None, struct.calcsize(_DURATIONS[kafka_type]), True)
+        if kafka_type == "bool":
+            return (k["BOOL"], "", None, None, None, None)
+        if kafka_type == "error_code":
+            return (k["ERROR"], "", None, None, self.errors, None)
+        if kafka_type == "string" and conv is None:
+            return (k["STRING"], "", None, None, flexible, None)
+        if kafka_type in ("bytes", "records") and conv is None:
+            return (k["BYTES"], "", None, None, flexible, None)
+        return None

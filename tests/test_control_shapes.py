@@ -289,3 +289,40 @@ def test_elect_leaders_error_names_every_partition(version: int) -> None:
     assert result.topic == "t"
     assert [(p.partition_id, int(p.error_code)) for p in result.partition_result] == [(0, 16), (2, 16)]
     assert version == 0 or int(decoded.error_code) == 16
+
+
+SERVED = [(api.key, v) for api in SERVED_APIS.values() for v in range(api.min_version, api.max_version + 1)]
+
+
+def _python_codes(api_key: int, version: int, answer: Any) -> tuple[int, ...] | str:
+    out: list[int] = []
+    try:
+        shapes._codes_along(answer, codec.response_class(api_key, version), out)
+    except Exception as e:
+        return f"refused: {type(e).__name__}"
+    return tuple(out)
+
+
+@pytest.mark.parametrize(("api_key", "version"), SERVED)
+def test_compiled_codes_are_the_python_walks(api_key: int, version: int) -> None:
+    """The compiled walk of the paths to error codes (protocol/_encode.pyx, ``codes``) gives the
+    Python walk's codes, or declines; it declines no answer of plain dicts and lists."""
+    import random
+
+    from tests.support.schema_values import random_message
+
+    compiled = shapes._compiled_codes
+    assert compiled is not None, "protocol/_encode.pyx was not built"
+    cls = codec.response_class(api_key, version)
+    program = shapes._code_program(cls)
+    rng = random.Random(f"codes {api_key}/{version}")
+    for i in range(30):
+        answer = random_message(rng, cls, odd=i % 3 == 0)
+        expected = _python_codes(api_key, version, answer)
+        got = compiled(program, answer)
+        if got is None:
+            assert i % 3 == 0, answer  # only odd answers (a struct as a message ...) are declined
+            continue
+        assert got == expected, answer
+        if type(answer) is dict:
+            assert shapes.error_codes(api_key, version, answer) == expected

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from msgspec import Struct
-from rallypoint.protocol import codec
+from rallypoint.protocol import codec, response_encoders
 
 FETCH_KEY: Final = 1
 METADATA_KEY: Final = 3
@@ -487,9 +487,25 @@ def error_codes(api_key: int, version: int, response: Mapping[str, Any] | Any) -
         cls = codec.response_class(api_key, version)
     except codec.UnknownVersion:
         return ()
+    if _compiled_codes is not None and type(response) is dict:
+        found = _compiled_codes(_code_program(cls), response)
+        if found is not None:
+            return found
     out: list[int] = []
     _codes_along(response, cls, out)
     return tuple(out) if out else ()
+
+
+# The same walk compiled (protocol/_encode.pyx, ``codes``), when the install built it: it takes
+# answers of dicts, lists, tuples and integers along the paths, and declines (None) anything
+# else, which _codes_along reads (tests/test_control_shapes.py holds the two to the same codes).
+_compiled_codes = response_encoders.compiled_codes
+
+
+@functools.cache
+def _code_program(cls: type) -> tuple[tuple[str, Any], ...]:
+    """:func:`_code_paths` of ``cls`` with each nested class replaced by its own paths."""
+    return tuple((name, None if nested is None else _code_program(nested)) for name, nested in _code_paths(cls))
 
 
 # (api_key << 16 | version) -> "the response has error codes only at its top level", filled as
