@@ -46,7 +46,8 @@ def _check_consumer_members(ctx: Any, request: Any, result: OffsetFetchResult) -
 def _topics(topics: Any) -> tuple[tuple[str, tuple[int, ...]], ...] | None:
     if topics is None:
         return None
-    return tuple((t.name, tuple(int(p) for p in t.partition_indexes)) for t in topics)
+    # kio decodes an int32 array as a tuple of ints: taken as it is
+    return tuple([(t.name, t.partition_indexes) for t in topics])
 
 
 class _V10Group:
