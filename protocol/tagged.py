@@ -425,13 +425,23 @@ def read(cls: type, buf: Buffer, pos: int = 0, max_elements: int | None = None) 
     ``max_elements`` bounds the array elements and tagged fields of the whole message
     (:class:`TooManyElements` beyond it); ``None`` means no bound besides the bytes.
     """
-    if _check is not None and _compiled_walkers:
-        program = _program(cls)
-        if program:
+    if _compiled_walkers:
+        fast = _FAST.get(cls)
+        if fast is None:
+            fast = _FAST[cls] = _fast(cls)
+        program, native = fast
+        if not program:
+            if native is not None:  # no arrays: kio's native reader, as _read reads it
+                try:
+                    msg, size = native(buf, pos)
+                    return msg, pos + size
+                except KeyError:
+                    pass  # an unknown tagged field: walk it in Python, skipping the tag
+        elif _check is not None:
             end = _check(program, buf, pos, -1 if max_elements is None else max_elements)
             if end >= 0:
                 try:
-                    msg, size = _native(cls)(buf, pos)
+                    msg, size = native(buf, pos)
                 except Exception:
                     pass  # refused (a string that is not UTF-8 ...): the walk words it
                 else:
@@ -466,6 +476,18 @@ except ImportError:  # no C compiler at install, or a source tree never built
     _reqcheck = None
 _check: Callable[[bytes, Buffer, int, int], int] | None = None if _reqcheck is None else _reqcheck.check
 _OPS: dict[str, int] = {} if _reqcheck is None else _reqcheck.OPS
+
+
+# cls -> (its shape check program or b"", kio's native reader when the program vouches or the
+# structure has no arrays, else None): one lookup per request
+_FAST: dict[type, tuple[bytes, Any]] = {}
+
+
+def _fast(cls: type) -> tuple[bytes, Any]:
+    program = _program(cls) if _check is not None else b""
+    if not program and has_arrays(cls):
+        return b"", None
+    return program, _native(cls)
 
 
 class _Uncovered(Exception):

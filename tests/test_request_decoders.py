@@ -62,9 +62,8 @@ def _corruptions(rng: random.Random, data: bytes) -> list[bytes]:
 @pytest.mark.parametrize(("api_key", "version"), SERVED)
 def test_compiled_walkers_read_and_refuse_as_the_interpreting_walk(api_key: int, version: int) -> None:
     cls = codec.request_class(api_key, version)
-    if not tagged.has_arrays(cls):
-        pytest.skip("read by kio's native reader alone")
-    assert tagged.walker(cls) is not None, "no compiled walker"
+    # without arrays: kio's native reader alone (and the walk on an unknown tagged field)
+    assert tagged.walker(cls) is not None or not tagged.has_arrays(cls), "no compiled walker"
     rng = random.Random(f"decode {api_key}/{version}")
     read_whole = 0
     for _ in range(30):
