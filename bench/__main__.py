@@ -423,25 +423,79 @@ changed (before/after figures are the side-by-side rows of this document's histo
    16×16 0.38× → 0.68× (Stable group) and 0.46× → 0.74× (unknown member), OffsetFetch 0.29× →
    0.35--0.39×, ApiVersions 0.70× → 1.14× (a faster hour helped too: the 1×1 rows, which never
    take a turn, moved by +10 to +30 %).
+34. **Requests with arrays are checked, then read natively** (`protocol/_reqcheck.pyx`;
+   `protocol/tagged.py`, "checked native reads"; docs/reliability.md, "Request frames and
+   decoding"). kio's native reader reads a whole OffsetFetch v5 request in 0.45 µs, the
+   generated walker in 3.4 µs, but the native reader is unsafe on hostile bytes: it reserves
+   memory for an array's announced length before reading it, and refuses unknown tagged
+   fields. A compiled shape check now walks the body along a program made from the schema,
+   making no objects, and vouches only for a plain message (every array and string length
+   fits in the bytes left, no null the schema does not allow, the elements within
+   `rallypoint.request.max.elements`, no tagged field); only then does the native reader read
+   it, and its answer is taken only if it ends where the check did. Anything else is walked
+   as before, so every refusal and its wording is unchanged. Structures without arrays (a
+   Heartbeat) were already read natively; one cached lookup per class now picks the read.
+   Header and body: OffsetFetch v5 4.1 → 1.5 µs, Heartbeat v4 1.6 → 1.2 µs. Broker
+   instructions per request at 4×8 (`python -m bench.instructions`): OffsetFetch 187.5k →
+   160.0k, OffsetCommit 327.6k → 291.6k. In one process, CPU-bound at 16×16 (requests/s, the
+   code before and after in the same hour): OffsetCommit 17.2k → 22.9k, OffsetFetch 44.7k →
+   52.4k. Held by `tests/test_request_decoders.py`: on every request version served, wherever
+   the check vouches for generated or corrupted bytes the native reader gives the walk's
+   message and ends where the check said; the check vouches for at least 90 % of the
+   generated messages without tagged fields and refuses when the element limit is one below
+   the message's elements; a plain OffsetCommit is read without any walk, one with an unknown
+   tagged field by the walker; without the extension requests are walked.
+35. **Answers are written by a compiled program** (`protocol/_encode.pyx`;
+   `protocol/response_encoders.py`, "compiled programs"). The generated encoders of item 9 are
+   Python, and for a small answer most of their time was the interpreter stepping through
+   them. For each response schema a program is now built from the same facts (per field its
+   kind, its name, and the bytes of a missing or None field computed by kio's writers, as the
+   generated code's); the compiled `encode` follows it and declines whatever it was not made
+   for (a `Mapping` that is not a `dict`, an enum in an integer field, a `timedelta`, a UUID, a
+   tagged field given, a number out of range), which the generated encoder then writes. The
+   request log's error codes are read by a compiled walk along the same kind of program
+   (`codes`), declining anything but dicts, lists and integers on the paths. OffsetFetch v5
+   answer framed 3.0 → 0.9 µs, Heartbeat 1.2 → 0.75 µs, an OffsetFetch answer's error codes
+   1.0 → 0.5 µs. Instructions per request at 4×8: OffsetFetch 160.0k → 129.7k, OffsetCommit
+   291.6k → 267.1k, Heartbeat (Stable group) 105.0k → 102.0k. Held by
+   `tests/test_response_encoders.py` (on every response version served, generated answers
+   well-formed and odd: the program's bytes are the generated encoder's, or it declines, and
+   it declines whatever the generated encoder refuses; the hot handlers' answers are taken and
+   give the generic path's bytes) and `tests/test_control_shapes.py` (the compiled codes are
+   the Python walk's on every response version).
+36. **Smaller steps on the same paths.** OffsetFetch takes a request's partition indexes as
+   kio decoded them (a tuple of ints) instead of copying them through `int()` (129.7k →
+   125.0k instructions per request); the per-class read of item 34 (Heartbeat 102.0k → 96.1k).
+   Together, items 34--36 at 4×8: OffsetFetch 187.5k → 123.9k instructions per request (−34 %),
+   OffsetCommit 327.6k → 267.1k (−18 %), Heartbeat (Stable group) 104.1k → 96.1k (−8 %). In
+   the hot-path section, one run after items 34 and 35 and one after item 36 (this
+   document's): OffsetFetch 0.56×/0.54×/0.51× and 0.73×/0.47×/0.51× (1×1, 4×8, 16×16; the
+   second run's 4×8 ranged 35--55k requests/s over its three runs, the first's 55--57k), from
+   0.59×/0.39×/0.35×; OffsetCommit 0.43--0.51×, 0.18--0.23×, 0.20--0.21×, from
+   0.45×/0.16×/0.17×; every other row at 0.52× or more. The side-by-side section after them:
+   heartbeat round trips 0.66×, OffsetCommit at `flush=never` 0.19×, produce→consume 1.16×.
 
 ## Where the targets stand, and what limits them
 
 The side-by-side hot-path table is the yardstick (librdkafka's C mock in the same run). This
 document's figures were measured in a fast phase of the machine (earlier documents' in a
 phase up to 1.7 times slower: both sides move, the ratios less so); the hot-path and
-side-by-side sections after item 33 (side by side: heartbeat round trips 0.59×,
-produce→consume 1.01×). At one connection with one request in flight rallypoint is at
-0.45–0.74× the mock; at 4×8 and 16×16 ApiVersions is at 0.93–1.14×, Metadata at 0.71–0.75×,
-Heartbeat at 0.54–0.63× at 4×8 and 0.68–0.74× at 16×16, OffsetFetch at 0.35–0.39× and
-OffsetCommit at 0.16–0.17×. What limits rallypoint is CPU on one event loop, not I/O: under
-every concurrent row the broker process sits at 100 % of one core while the load generator
-has the other, and the mock, a C loop, answers 115k–130k requests/s.
+side-by-side sections after item 36 (side by side: heartbeat round trips 0.66×,
+produce→consume 1.16×). At one connection with one request in flight rallypoint is at
+0.43–1.01× the mock (OffsetCommit 0.43×, every other row 0.55× or more); at 4×8 and 16×16
+ApiVersions is at 1.05–1.22×, Metadata at 0.72–0.82×, Heartbeat at 0.56–0.62×, OffsetFetch
+at 0.47–0.54× (two runs; 0.35–0.39× before items 34–36) and OffsetCommit at 0.18–0.23×. What
+limits rallypoint is CPU on one event loop, not I/O: under every concurrent row the broker
+process sits at 100 % of one core while the load generator has the other, and the mock, a C
+loop, answers 110k–130k requests/s.
 
 Where the CPU goes. Broker CPU per request at 4×8 (process CPU time over requests answered,
 after item 29): ApiVersions 7.8 µs, Metadata 12 µs, Heartbeat 13--14 µs, OffsetFetch 23 µs,
-OffsetCommit (`flush=never`) 54 µs; broker instructions per request (item 26): ApiVersions 59k,
+OffsetCommit (`flush=never`) 54 µs (at 16×16 after item 35: Heartbeat 11--13 µs, OffsetFetch
+15 µs, OffsetCommit 38 µs); broker instructions per request (item 26): ApiVersions 59k,
 Metadata 89k, Heartbeat 96k (unknown member) and 104k (Stable group), OffsetFetch 188k,
-OffsetCommit 328k. Not the sockets: a trivial server answering a fixed frame on the same
+OffsetCommit 328k -- after items 34--36 Heartbeat (Stable group) 96k, OffsetFetch 124k,
+OffsetCommit 267k. Not the sockets: a trivial server answering a fixed frame on the same
 machine and load generator, with asyncio streams and the answers of a batch coalesced into one
 write as rallypoint does, answers 264k (4×8) and 486k (16×16) requests/s, 2--3 µs per request;
 the same as an asyncio `Protocol` 578k and 857k. So streams cost about 1 µs of a request's
@@ -455,7 +509,10 @@ lookup and result objects), the answer encoded and framed. Of a Heartbeat's 122k
 thin over the interpreter's C helpers (object allocation and release, frames, dictionary and
 attribute lookups: none above 3 %), msgspec, kio and uvloop: there is no single hot spot left
 to remove, only Python executed per request. Compiling it as it is buys 3--15 % with Cython
-and −9 to +12 % with mypyc (item 30), not the 1.3--3.1× the rows below need. For
+and −9 to +12 % with mypyc (item 30). What did pay was taking the codec's two interpreted
+walks off the path: the request read in one native call after a compiled check, the answer
+written by a compiled program (items 34, 35): a third of OffsetFetch's instructions, which
+brought it to the target's edge, and 18 % of OffsetCommit's, far from the 2.5× it needs. For
 OffsetCommit, add the `__consumer_offsets` record encoded, a batch with its CRC built and
 written (a `write` per request at `flush=never`), the write acknowledged as an event and the
 answer made from the result: Kafka's semantics are the work, while the mock acknowledges an
@@ -463,10 +520,12 @@ OffsetCommit without writing anything.
 
 Each target, the figure this document holds, and what stands in the way:
 
-- every hot-path row ≥ 0.5× the mock: met at 1×1 for every row but OffsetCommit (0.45×), and
-  at every level for ApiVersions, Metadata and both Heartbeat rows (0.54--0.74× at 4×8 and
-  16×16, item 33); not met for OffsetFetch at 4×8 and 16×16 (0.39×, 0.35×) and OffsetCommit
-  (0.16--0.17×) -- one event loop's CPU per request (above);
+- every hot-path row ≥ 0.5× the mock: met at every level for ApiVersions, Metadata and both
+  Heartbeat rows (0.52--0.62× at 4×8 and 16×16 in the two runs after items 34--35); met for
+  OffsetFetch at 1×1 and 16×16 and at its edge at 4×8 (0.54× and 0.47× in two runs of this
+  noisy machine, 0.39× before items 34--36); not met for OffsetCommit (0.43--0.51× at 1×1,
+  0.18--0.23× under concurrency) -- one event loop's CPU per request (above), most of it the
+  commit's own work: the record, the batch and its write, the write acknowledged;
 - durable commits through the broker ≥ 20,000 partition-commits/s with 50 connections: met
   when each OffsetCommit carries the partitions a consumer owns (10 per request: 36.3k in the
   offsets-log section); with one partition per request the figure is the request rate, 5--12k
@@ -517,8 +576,10 @@ Each target, the figure this document holds, and what stands in the way:
   allocator's overhead on them, and the control plane's bounded request log and per-group
   history.
 
-One event loop has not reached the 0.5× target on the OffsetFetch and OffsetCommit rows under
-concurrency. Spreading connections over several processes would need
+One event loop has not reached the 0.5× target on the OffsetCommit row under concurrency.
+More processes would not help on this machine: the load generator holds one of its two cores
+while the broker holds the other, so a second broker process would only take turns with
+them. On more cores, spreading connections over several processes would need
 the group state sharded by `__consumer_offsets` partition with a process per shard (the sans-IO
 machines allow it; connections would be handed to the process owning their group's partition)
 -- not done: a test broker's other requirements (one process that starts in a fraction of a
