@@ -116,17 +116,12 @@ class _Gen:
         return name
 
     def _struct_body(self, cls: type) -> list[str]:
-        from kio.serial._introspect import get_field_tag
 
         flexible = bool(getattr(cls, "__flexible__", False))
         plans = {p[0]: p for p in self.codec._build_plan(cls)}
         body = ["if type(d) is not dict: raise F"]
-        tagged: list[tuple[int, dataclasses.Field[Any]]] = []
-        for f in dataclasses.fields(cls):
-            tag = get_field_tag(f)
-            if tag is not None:
-                tagged.append((int(tag), f))
-                continue
+        untagged, tagged = _split_fields(cls)
+        for f in untagged:
             body.extend(self._field(f, plans[f.name], flexible))
         if flexible:
             if not tagged:
@@ -323,6 +318,21 @@ class _Gen:
 _MISSING = object()
 
 
+def _split_fields(cls: type) -> tuple[list[dataclasses.Field[Any]], list[tuple[int, dataclasses.Field[Any]]]]:
+    """``cls``'s untagged fields in order, and its tagged fields with their tags."""
+    from kio.serial._introspect import get_field_tag
+
+    untagged: list[dataclasses.Field[Any]] = []
+    tagged: list[tuple[int, dataclasses.Field[Any]]] = []
+    for f in dataclasses.fields(cls):
+        tag = get_field_tag(f)
+        if tag is None:
+            untagged.append(f)
+        else:
+            tagged.append((int(tag), f))
+    return untagged, tagged
+
+
 @functools.cache
 def encoder(cls: type) -> Callable[[Mapping[str, Any]], bytes] | None:
     """The compiled encoder of response class ``cls`` (dict -> body bytes; it raises
@@ -421,7 +431,6 @@ class _Programs:
             EntityTupleField,
             PrimitiveTupleField,
             classify_field,
-            get_field_tag,
             is_optional,
         )
 
@@ -429,12 +438,8 @@ class _Programs:
         flexible = bool(getattr(cls, "__flexible__", False))
         plans = {p[0]: p for p in self.gen.codec._build_plan(cls)}
         entries: list[tuple[Any, ...]] = []
-        tagged: list[tuple[int, dataclasses.Field[Any]]] = []
-        for f in dataclasses.fields(cls):
-            tag = get_field_tag(f)
-            if tag is not None:
-                tagged.append((int(tag), f))
-                continue
+        untagged, tagged = _split_fields(cls)
+        for f in untagged:
             plan = plans[f.name]
             name, conv, _nested, _default = plan
             missing, null = self.gen.defaults(f, plan, flexible)
