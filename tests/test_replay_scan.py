@@ -249,3 +249,55 @@ def test_a_key_that_does_not_decode_is_replayed_by_the_reference(tmp_path: Path)
     st = fast[0]
     assert st.undecodable_records == 1 and st.first_error is not None and "offset 1" in st.first_error
     assert st.offsets[OffsetCommitKey("g", "t", 0)].offset == 5
+
+
+def _apply_in_turn(last: dict[bytes, Any], records: list[tuple[int, bytes, bytes | None]]) -> None:
+    """The scan's contract applied one record at a time (its docstring): what ``last`` must hold."""
+    for base, key, value in records:
+        prev = last.get(key)
+        if value is None:
+            last.pop(key, None)
+            last[key] = (base, None, True)
+        elif prev is None:
+            last[key] = (base, value, False)
+        elif prev[1] is None:
+            del last[key]
+            last[key] = (base, value, True)
+        else:
+            last[key] = (base, value, prev[2])
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_scan_leaves_last_as_records_applied_in_turn(seed: int) -> None:
+    """Keys written, tombstoned and written again over several batches, on top of a ``last``
+    that already holds some of them (a value or a tombstone, reset or not, from an earlier scan
+    not folded yet): each key's entry and the keys' order are those of applying every record in
+    turn, though only each key's last record makes objects."""
+    scan = R.compiled_offsets_scan()
+    assert scan is not None
+    rng = random.Random(seed)
+    keys = [encode_record(OffsetCommitKey("g", "t", p), None)[0] for p in range(rng.randrange(1, 12))]
+    before: dict[bytes, Any] = {}
+    for key in rng.sample(keys, rng.randrange(len(keys) + 1)):
+        before[key] = (rng.randrange(100), rng.choice([None, b"old"]), rng.random() < 0.5)
+    applied: list[tuple[int, bytes, bytes | None]] = []
+    batches = []
+    offset = 100
+    for _ in range(rng.randrange(1, 30)):
+        entries = []
+        for _ in range(rng.randrange(1, 5)):
+            key = rng.choice(keys)
+            value = None if rng.random() < 0.3 else bytes([rng.randrange(256)]) * rng.randrange(1, 9)
+            entries.append((key, value))
+            applied.append((offset, key, value))
+        batches.append(R.build_batch(offset, entries, 1))
+        offset += len(entries)
+    segment = b"".join(batches)
+    expected = dict(before)
+    _apply_in_turn(expected, applied)
+    got = dict(before)
+    others: list[Any] = []
+    pos, after, taken, records = scan(segment, 0, 100, got, others, R.crc32c)
+    assert (pos, after, taken, records) == (len(segment), offset, len(batches), len(applied))
+    assert others == []
+    assert list(got.items()) == list(expected.items())
