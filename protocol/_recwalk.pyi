@@ -37,3 +37,11 @@ class OffsetRows:
         rest: list[tuple[int, int, int, int, bytes, bytes | None]],
         max_rows: int,
     ) -> tuple[int, int, int, int]: ...
+
+def build_plain_batch(
+    base_offset: int,
+    entries: list[tuple[bytes | None, bytes | None]],
+    timestamp: int,
+    leader_epoch: int,
+    crc: Callable[[memoryview], int],
+) -> bytes | None: ...

@@ -3,9 +3,9 @@
 there): the produce check's (``walk_times``), the offsets-log replay's (``scan_offsets_batches``,
 with ``fold_offsets`` applying what it took, and the key and value readers
 ``offset_commit_key_parts`` and ``offset_commit_value_v3_parts``) and the pipeline's offset rows
-(``OffsetRows``).
+(``OffsetRows``); and one writer, the offsets log's batch builder (``build_plain_batch``).
 Each has a Python reference that the tests run on the same bytes, and each answers only for
-bytes the reference accepts.
+bytes the reference accepts (the writer: only for entries the reference takes, with its bytes).
 
 The produce walk's reference is ``_walk_records`` in ``protocol/records.py``: this walks the same
 fields of the same records, as Kafka's ``DefaultRecord.readFrom`` reads them.  Whenever anything
@@ -648,3 +648,103 @@ cdef class OffsetRows:
         timestamp = ts if ts_ok else (<object>base_ts) + (<object>ts_delta)
         rest.append((base_offset, pid, off, timestamp, key, value))
         return 0
+
+
+# ------------------------------------------------------------------ the offsets log's batches
+
+cdef inline Py_ssize_t _zigzag_size(int64_t n) noexcept:
+    cdef uint64_t v = (<uint64_t>n << 1) ^ <uint64_t>(n >> 63)
+    cdef Py_ssize_t size = 1
+    while v > 0x7F:
+        v >>= 7
+        size += 1
+    return size
+
+
+cdef inline Py_ssize_t _put_zigzag(unsigned char *p, Py_ssize_t pos, int64_t n) noexcept:
+    cdef uint64_t v = (<uint64_t>n << 1) ^ <uint64_t>(n >> 63)
+    while v > 0x7F:
+        p[pos] = <unsigned char>((v & 0x7F) | 0x80)
+        pos += 1
+        v >>= 7
+    p[pos] = <unsigned char>v
+    return pos + 1
+
+
+cdef inline void _put_be(unsigned char *p, Py_ssize_t pos, int64_t v, int width) noexcept:
+    cdef int i
+    for i in range(width):
+        p[pos + width - 1 - i] = <unsigned char>(v & 0xFF)
+        v >>= 8
+
+
+def build_plain_batch(int64_t base_offset, list entries, int64_t timestamp, int32_t leader_epoch, object crc):
+    """The batch ``build_batch`` in protocol/records.py makes (its reference: ``encode_batch``):
+    records at offsets ``base_offset`` + i with the one ``timestamp``, keys and values of
+    ``entries`` (bytes, or None), no headers; no producer, CreateTime, uncompressed.  ``crc`` is
+    the CRC-32C function.  None for anything else (an entry that is not a pair of bytes or None,
+    no entries, a batch above 2 GiB): the reference then builds it, or raises."""
+    cdef Py_ssize_t n = len(entries)
+    cdef Py_ssize_t i, size, body, pos, total = 61
+    cdef Py_ssize_t klen, vlen
+    cdef object key, value
+    cdef tuple entry
+    cdef bytearray out
+    cdef unsigned char *p
+    if n == 0 or n > 0x7FFFFFFF:
+        return None
+    for i in range(n):  # the size first: one allocation
+        entry = entries[i] if type(entries[i]) is tuple else None
+        if entry is None or len(entry) != 2:
+            return None
+        key, value = entry
+        if key is not None and type(key) is not bytes or value is not None and type(value) is not bytes:
+            return None
+        klen = -1 if key is None else len(<bytes>key)
+        vlen = -1 if value is None else len(<bytes>value)
+        body = (1 + 1 + _zigzag_size(i) + _zigzag_size(klen) + (klen if klen > 0 else 0)
+                + _zigzag_size(vlen) + (vlen if vlen > 0 else 0) + 1)
+        total += _zigzag_size(body) + body
+        if total > 0x7FFFFFFF:
+            return None
+    out = bytearray(total)
+    p = <unsigned char *>(<char *>out)
+    _put_be(p, 0, base_offset, 8)
+    _put_be(p, 8, total - 12, 4)          # batchLength: after baseOffset and itself
+    _put_be(p, 12, leader_epoch, 4)
+    p[16] = 2                             # magic
+    _put_be(p, 21, 0, 2)                  # attributes
+    _put_be(p, 23, n - 1, 4)              # lastOffsetDelta
+    _put_be(p, 27, timestamp, 8)          # baseTimestamp
+    _put_be(p, 35, timestamp, 8)          # maxTimestamp
+    _put_be(p, 43, -1, 8)                 # producerId
+    _put_be(p, 51, -1, 2)                 # producerEpoch
+    _put_be(p, 53, -1, 4)                 # baseSequence
+    _put_be(p, 57, n, 4)                  # records
+    pos = 61
+    for i in range(n):
+        key, value = <tuple>entries[i]
+        klen = -1 if key is None else len(<bytes>key)
+        vlen = -1 if value is None else len(<bytes>value)
+        body = (1 + 1 + _zigzag_size(i) + _zigzag_size(klen) + (klen if klen > 0 else 0)
+                + _zigzag_size(vlen) + (vlen if vlen > 0 else 0) + 1)
+        pos = _put_zigzag(p, pos, body)
+        p[pos] = 0                        # attributes
+        p[pos + 1] = 0                    # timestampDelta: zig-zag 0
+        pos = _put_zigzag(p, pos + 2, i)  # offsetDelta
+        pos = _put_zigzag(p, pos, klen)
+        if klen > 0:
+            memcpy(p + pos, <const char *>(<bytes>key), klen)
+            pos += klen
+        pos = _put_zigzag(p, pos, vlen)
+        if vlen > 0:
+            memcpy(p + pos, <const char *>(<bytes>value), vlen)
+            pos += vlen
+        p[pos] = 0                        # headers: zig-zag 0
+        pos += 1
+    view = memoryview(out)
+    try:
+        _put_be(p, 17, <int64_t>(<uint64_t>crc(view[21:]) & 0xFFFFFFFF), 4)
+    finally:
+        view.release()
+    return bytes(out)

@@ -381,7 +381,23 @@ def build_batch(
     partition_leader_epoch: int = 0,
 ) -> bytes:
     """The batch the offsets log writes: consecutive offsets from ``base_offset``, one timestamp,
-    producerId/epoch/sequence -1, no compression, CreateTime.  A None value is a tombstone."""
+    producerId/epoch/sequence -1, no compression, CreateTime.  A None value is a tombstone.
+
+    Built by ``build_plain_batch`` (``protocol/_recwalk.pyx``) when it was built and takes the
+    entries (pairs of bytes or None), else by :func:`encode_batch`: the same bytes."""
+    if _compiled is not None and _use_compiled:
+        try:
+            built: bytes | None = _compiled.build_plain_batch(
+                base_offset,
+                entries if type(entries) is list else list(entries),
+                timestamp,
+                partition_leader_epoch,
+                crc32c,
+            )
+        except (OverflowError, TypeError):
+            built = None  # a number outside its field, ...: the reference raises what it raises
+        if built is not None:
+            return built
     recs = [Record(base_offset + i, timestamp, k, v) for i, (k, v) in enumerate(entries)]
     return encode_batch(recs, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch)
 
@@ -584,8 +600,9 @@ _use_compiled = True
 def compiled_walk(enabled: bool) -> Iterator[None]:
     """Within the block, the compiled walks (when built) are used only if ``enabled``: the
     produce check's (:func:`latest_record_times`), the offsets-log replay's
-    (:func:`compiled_offsets_scan`) and the pipeline's (:func:`compiled_offset_rows`); the tests
-    run both ways on the same bytes."""
+    (:func:`compiled_offsets_scan`) and the pipeline's (:func:`compiled_offset_rows`), and the
+    offsets log's batch builder (:func:`build_batch`); the tests run both ways on the same
+    bytes."""
     global _use_compiled
     before, _use_compiled = _use_compiled, enabled
     try:

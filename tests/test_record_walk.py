@@ -199,3 +199,36 @@ def test_header_edges_give_the_same_answer(headers: bytes) -> None:
     batch = R.assemble_batch(header, payload)
     for every in (1, 4096):
         assert _outcome(batch, every, compiled=True) == _outcome(batch, every, compiled=False)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_compiled_batch_builder_writes_the_reference_bytes(seed: int) -> None:
+    """``build_batch`` (the offsets log's batches) compiled and not: the same bytes for keys and
+    values of every size class, tombstones, keys left out, offsets and timestamps at their
+    extremes; and the same refusal of what the reference refuses."""
+    assert R._compiled is not None
+    rng = random.Random(f"build {seed}")
+
+    def blob() -> bytes | None:
+        if rng.random() < 0.15:
+            return None
+        return rng.randbytes(rng.choice((0, 1, 63, 64, 65, 200, 8200, 20000)))
+
+    for _ in range(40):
+        entries = [(blob(), blob()) for _ in range(rng.randrange(1, 8))]
+        base = rng.choice((0, 1, 5, 2**40, 2**63 - 100))
+        ts = rng.choice((0, -1, 1_700_000_000_000, 2**63 - 1, -(2**63)))
+        epoch = rng.choice((0, 3, -1, 2**31 - 1))
+        with R.compiled_walk(False):
+            expected = R.build_batch(base, entries, ts, partition_leader_epoch=epoch)
+        assert R._compiled.build_plain_batch(base, entries, ts, epoch, R.crc32c) == expected
+        assert R.build_batch(base, tuple(entries), ts, partition_leader_epoch=epoch) == expected
+        batch = next(iter(R.iter_batches(expected)))
+        assert [(r.key, r.value) for r in batch.records] == entries
+    for bad in ([], [(b"k",)], [("k", b"v")], [(b"k", memoryview(b"v"))]):
+        assert R._compiled.build_plain_batch(0, bad, 0, 0, R.crc32c) is None  # type: ignore[arg-type]
+    with pytest.raises(Exception) as compiled_err:
+        R.build_batch(2**63, [(b"k", b"v")], 0)
+    with R.compiled_walk(False), pytest.raises(Exception) as reference_err:
+        R.build_batch(2**63, [(b"k", b"v")], 0)
+    assert type(compiled_err.value) is type(reference_err.value)
