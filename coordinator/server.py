@@ -54,7 +54,7 @@ from msgspec import Struct
 from rallypoint.protocol import codec
 from rallypoint.protocol.apis import API_VERSIONS_KEY, served
 from rallypoint.protocol.errors import ErrorCode
-from rallypoint.protocol.framing import FrameError, parse_request_header, peek_api_key_version
+from rallypoint.protocol.framing import FrameError, client_id_and_size, peek_api_key_version
 
 from . import routing
 from .broker import Broker, CloseConnection, RequestContext
@@ -835,8 +835,8 @@ class Server:
                 return checked
             name, header_version = checked
         try:
-            header = parse_request_header(body, header_version)
-            request = codec.decode_request(api_key, version, body, header.size, self.max_elements)
+            client_id, header_size = client_id_and_size(body, header_version)
+            request = codec.decode_request(api_key, version, body, header_size, self.max_elements)
         except (FrameError, codec.DecodeError) as e:
             log.warning(
                 "closing connection: undecodable request",
@@ -847,7 +847,7 @@ class Server:
                 error=str(e),
             )
             return None
-        return _Decoded(api_key, version, corr, name, header.client_id, request)
+        return _Decoded(api_key, version, corr, name, client_id, request)
 
     def _check_served(self, cid: int, api_key: int, version: int, corr: int) -> tuple[str, int] | bytes | None:
         """(API name, request header version) of a request served (remembered in _SERVED), the

@@ -30,6 +30,7 @@ outside it (tests/test_request_decoders.py).
 
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport int16_t, int32_t, int64_t, uint64_t
 
 cdef enum:
@@ -240,3 +241,36 @@ def check(bytes program, object buf, Py_ssize_t pos, int64_t limit):
     finally:
         PyBuffer_Release(&view)
     return end
+
+
+def client_id_and_size(object frame, int header_version):
+    """(client id, header size) of a request header v1 or v2 at the start of ``frame``, as
+    ``parse_request_header`` in protocol/framing.py reads them, for the usual header: a client
+    id that fits (or is null) and, in v2, no tagged fields.  None for anything else: the caller
+    parses the header in Python, which words what is wrong."""
+    cdef Py_buffer view
+    cdef const unsigned char *p
+    cdef Py_ssize_t n, pos
+    cdef int size
+    PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE)
+    try:
+        p = <const unsigned char *>view.buf
+        n = view.len
+        if n < 10:
+            return None
+        size = <short>((p[8] << 8) | p[9])
+        pos = 10
+        if size < 0:
+            client_id = None
+        else:
+            if pos + size > n:
+                return None
+            client_id = PyUnicode_DecodeUTF8(<const char *>p + pos, size, "replace")
+            pos += size
+        if header_version >= 2:
+            if pos >= n or p[pos] != 0:
+                return None
+            pos += 1
+        return client_id, pos
+    finally:
+        PyBuffer_Release(&view)

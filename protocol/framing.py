@@ -13,6 +13,7 @@ client that does not know the broker's versions can still read them.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from msgspec import Struct
 
@@ -80,6 +81,26 @@ def parse_request_header(frame: bytes | memoryview, header_version: int) -> Requ
         else:
             pos = skip_tagged_fields(frame, pos)
     return RequestHeader(key, version, corr, client_id, header_version, pos)
+
+
+def client_id_and_size(frame: bytes | memoryview, header_version: int) -> tuple[str | None, int]:
+    """(client id, header size) of the request header at the start of ``frame``: what the
+    server needs of it.  The usual header is read by the compiled reader
+    (``protocol/_reqcheck.pyx``) when it was built; anything else by :func:`parse_request_header`
+    (the same answers, and its FrameError)."""
+    if _compiled_header is not None:
+        got = _compiled_header(frame, header_version)
+        if got is not None:
+            return got
+    header = parse_request_header(frame, header_version)
+    return header.client_id, header.size
+
+
+_compiled_header: Callable[[bytes | memoryview, int], tuple[str | None, int] | None] | None
+try:
+    from ._reqcheck import client_id_and_size as _compiled_header
+except ImportError:  # no C compiler at install, or a source tree never built
+    _compiled_header = None
 
 
 def encode_request_header(

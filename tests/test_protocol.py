@@ -234,6 +234,42 @@ def test_truncated_request_header(raw: bytes) -> None:
         framing.parse_request_header(raw, 1)
 
 
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    prefix=st.binary(min_size=8, max_size=8),
+    length=st.integers(-3, 40),
+    client=st.binary(max_size=40),
+    tail=st.binary(max_size=6),
+    version=st.sampled_from([1, 2]),
+    as_view=st.booleans(),
+)
+def test_client_id_and_size_reads_as_parse_request_header(
+    prefix: bytes, length: int, client: bytes, tail: bytes, version: int, as_view: bool
+) -> None:
+    """The server's header read (compiled when built) gives parse_request_header's client id and
+    size, or its FrameError: lengths that lie, ids that are not UTF-8, tagged fields or none."""
+    raw = prefix + struct.pack(">h", length) + client + tail
+    frame: bytes | memoryview = memoryview(raw) if as_view else raw
+    try:
+        h = framing.parse_request_header(frame, version)
+        expected: Any = (h.client_id, h.size)
+    except framing.FrameError:
+        expected = framing.FrameError
+    try:
+        got: Any = framing.client_id_and_size(frame, version)
+    except framing.FrameError:
+        got = framing.FrameError
+    assert got == expected
+
+
+def test_the_usual_header_is_read_compiled() -> None:
+    compiled = framing._compiled_header
+    assert compiled is not None, "protocol/_reqcheck.pyx was not built"
+    raw = framing.encode_request_header(12, 4, 7, "rdkafka", 2)
+    assert compiled(raw + b"BODY", 2) == ("rdkafka", len(raw))
+    assert compiled(raw[:-1] + b"\x01\x00\x00", 2) is None  # a tagged field: parsed in Python
+
+
 def test_truncated_header_tagged_fields() -> None:
     raw = b"\x00\x03\x00\x0c\x00\x00\x00\x09\x00\x01c" + b"\x01\x00\x09ab"  # says 9 bytes, has 2
     with pytest.raises(framing.FrameError):
