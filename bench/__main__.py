@@ -468,23 +468,58 @@ changed (before/after figures are the side-by-side rows of this document's histo
    125.0k instructions per request); the per-class read of item 34 (Heartbeat 102.0k → 96.1k).
    Together, items 34--36 at 4×8: OffsetFetch 187.5k → 123.9k instructions per request (−34 %),
    OffsetCommit 327.6k → 267.1k (−18 %), Heartbeat (Stable group) 104.1k → 96.1k (−8 %). In
-   the hot-path section, one run after items 34 and 35 and one after item 36 (this
-   document's): OffsetFetch 0.56×/0.54×/0.51× and 0.73×/0.47×/0.51× (1×1, 4×8, 16×16; the
-   second run's 4×8 ranged 35--55k requests/s over its three runs, the first's 55--57k), from
+   the hot-path section, one run after items 34 and 35 and one after item 36: OffsetFetch
+   0.56×/0.54×/0.51× and 0.73×/0.47×/0.51× (1×1, 4×8, 16×16; the second run's 4×8 ranged
+   35--55k requests/s over its three runs, the first's 55--57k), from
    0.59×/0.39×/0.35×; OffsetCommit 0.43--0.51×, 0.18--0.23×, 0.20--0.21×, from
    0.45×/0.16×/0.17×; every other row at 0.52× or more. The side-by-side section after them:
-   heartbeat round trips 0.66×, OffsetCommit at `flush=never` 0.19×, produce→consume 1.16×.
+   heartbeat round trips 0.66×, OffsetCommit at `flush=never` 0.19×, produce→consume 1.16×
+   (this document's figures are from after item 38).
+37. **The offsets log's batches are built by a compiled writer** (`build_plain_batch` in
+   `protocol/_recwalk.pyx`, used by `build_batch` in `protocol/records.py`). Every commit the
+   log writes is a batch: its records, the header and the CRC-32C. The writer lays out in one
+   allocation the bytes `encode_batch` makes for the log's batches (consecutive offsets, one
+   timestamp, no producer, no headers) and declines anything else (an entry that is not a pair
+   of bytes or None), which `encode_batch` then builds. One-record batch 3.0 → 0.6 µs;
+   OffsetCommit 267.1k → 237.6k instructions per request at 4×8 (−11 %). Held by
+   `tests/test_record_walk.py`: the same bytes as the reference for keys and values of every
+   size class, tombstones, offsets, timestamps and leader epochs at their extremes, and the
+   same error for a base offset outside 64 bits. Tried, not kept: a key table in the replay
+   scan (`scan_offsets_batches`) that made Python objects only for each key's last record of a
+   scan, gathering the records by their key bytes in a C hash table and working out each key's
+   outcome from its first and last record, its last tombstone and its last value after one.
+   On the pipeline section's log a scan runs between two transactional batches, about 1,000
+   records over mostly distinct keys, so there was little to skip and the table cost more
+   than it saved (one partition, interleaved in a slow hour: 52--61 MiB/s against 55--82
+   MiB/s before). The test written for it stays: `last` after a scan is what applying each
+   record in turn gives, on top of an earlier scan's entries, key order included
+   (`tests/test_replay_scan.py`).
+38. **A request header is read by a compiled reader** (`client_id_and_size` in
+   `protocol/_reqcheck.pyx`, used through `protocol/framing.py`): the server needs only the
+   client id and where the body starts. The usual header (a client id that fits or is null;
+   in v2 no tagged fields) is read without building a `RequestHeader`; anything else by
+   `parse_request_header`, which words what is wrong. 4×8: OffsetFetch 123.9k → 119.3k,
+   Heartbeat (Stable group) 96.1k → 92.3k instructions per request. Held by
+   `tests/test_protocol.py` (generated headers with lying lengths, ids that are not UTF-8,
+   tagged fields or none, as bytes and memoryviews: the same answers or the same error).
+   Together, items 34--38 at 4×8: OffsetFetch 187.5k → 119.3k instructions per request
+   (−36 %), OffsetCommit 327.6k → about 233k (−29 %), Heartbeat (Stable group) 104.1k →
+   92.3k (−11 %).
 
 ## Where the targets stand, and what limits them
 
 The side-by-side hot-path table is the yardstick (librdkafka's C mock in the same run). This
 document's figures were measured in a fast phase of the machine (earlier documents' in a
 phase up to 1.7 times slower: both sides move, the ratios less so); the hot-path and
-side-by-side sections after item 36 (side by side: heartbeat round trips 0.66×,
-produce→consume 1.16×). At one connection with one request in flight rallypoint is at
-0.43–1.01× the mock (OffsetCommit 0.43×, every other row 0.55× or more); at 4×8 and 16×16
-ApiVersions is at 1.05–1.22×, Metadata at 0.72–0.82×, Heartbeat at 0.56–0.62×, OffsetFetch
-at 0.47–0.54× (two runs; 0.35–0.39× before items 34–36) and OffsetCommit at 0.18–0.23×. What
+side-by-side sections after item 38 (side by side: heartbeat round trips 0.62×,
+produce→consume 0.97×; 0.60--0.66× and 0.97--1.16× in the three runs after items 36--38).
+Ranges below are over the four hot-path runs after items 35--38 (this document's is the last).
+At one connection with one request in flight -- a round trip at a time, where this
+machine's noise shows most (the mock itself ranged 8.6k--12.5k requests/s on one row) --
+rallypoint is at 0.43--1.09× the mock, 0.47× being Heartbeat in a Stable group in this
+document's run (0.55--0.86× in the three before); at 4×8 and 16×16 ApiVersions is at
+1.04--1.32×, Metadata at 0.66--0.87×, Heartbeat at 0.52--0.82×, OffsetFetch at 0.47--0.54×
+(0.35--0.39× before items 34--38) and OffsetCommit at 0.18--0.28× (0.16--0.17× before). What
 limits rallypoint is CPU on one event loop, not I/O: under every concurrent row the broker
 process sits at 100 % of one core while the load generator has the other, and the mock, a C
 loop, answers 110k–130k requests/s.
@@ -494,8 +529,8 @@ after item 29): ApiVersions 7.8 µs, Metadata 12 µs, Heartbeat 13--14 µs, Offs
 OffsetCommit (`flush=never`) 54 µs (at 16×16 after item 35: Heartbeat 11--13 µs, OffsetFetch
 15 µs, OffsetCommit 38 µs); broker instructions per request (item 26): ApiVersions 59k,
 Metadata 89k, Heartbeat 96k (unknown member) and 104k (Stable group), OffsetFetch 188k,
-OffsetCommit 328k -- after items 34--36 Heartbeat (Stable group) 96k, OffsetFetch 124k,
-OffsetCommit 267k. Not the sockets: a trivial server answering a fixed frame on the same
+OffsetCommit 328k -- after items 34--38 Heartbeat (Stable group) 92k, OffsetFetch 119k,
+OffsetCommit 233k. Not the sockets: a trivial server answering a fixed frame on the same
 machine and load generator, with asyncio streams and the answers of a batch coalesced into one
 write as rallypoint does, answers 264k (4×8) and 486k (16×16) requests/s, 2--3 µs per request;
 the same as an asyncio `Protocol` 578k and 857k. So streams cost about 1 µs of a request's
@@ -511,8 +546,9 @@ attribute lookups: none above 3 %), msgspec, kio and uvloop: there is no single 
 to remove, only Python executed per request. Compiling it as it is buys 3--15 % with Cython
 and −9 to +12 % with mypyc (item 30). What did pay was taking the codec's two interpreted
 walks off the path: the request read in one native call after a compiled check, the answer
-written by a compiled program (items 34, 35): a third of OffsetFetch's instructions, which
-brought it to the target's edge, and 18 % of OffsetCommit's, far from the 2.5× it needs. For
+written by a compiled program (items 34, 35), then the log's batch and the request header
+compiled (items 37, 38): 36 % of OffsetFetch's instructions, which brought it to the target's
+edge, and 29 % of OffsetCommit's, far from the 2--2.5× it still needs. For
 OffsetCommit, add the `__consumer_offsets` record encoded, a batch with its CRC built and
 written (a `write` per request at `flush=never`), the write acknowledged as an event and the
 answer made from the result: Kafka's semantics are the work, while the mock acknowledges an
@@ -520,12 +556,13 @@ OffsetCommit without writing anything.
 
 Each target, the figure this document holds, and what stands in the way:
 
-- every hot-path row ≥ 0.5× the mock: met at every level for ApiVersions, Metadata and both
-  Heartbeat rows (0.52--0.62× at 4×8 and 16×16 in the two runs after items 34--35); met for
-  OffsetFetch at 1×1 and 16×16 and at its edge at 4×8 (0.54× and 0.47× in two runs of this
-  noisy machine, 0.39× before items 34--36); not met for OffsetCommit (0.43--0.51× at 1×1,
-  0.18--0.23× under concurrency) -- one event loop's CPU per request (above), most of it the
-  commit's own work: the record, the batch and its write, the write acknowledged;
+- every hot-path row ≥ 0.5× the mock: met for ApiVersions, Metadata and both Heartbeat rows
+  at 4×8 and 16×16 (0.52--0.82× over the four runs after items 35--38) and at 1×1 but for one
+  run of one row (above); OffsetFetch at its edge under concurrency, 0.47--0.54× over the same
+  runs (0.53× at both levels in this document's; 0.35--0.39× before items 34--38), 0.56--0.76×
+  at 1×1; not met for OffsetCommit under concurrency (0.18--0.28×; 0.43--0.57× at 1×1) -- one
+  event loop's CPU per request (above), most of it the commit's own work: the record, the
+  batch and its write, the write acknowledged;
 - durable commits through the broker ≥ 20,000 partition-commits/s with 50 connections: met
   when each OffsetCommit carries the partitions a consumer owns (10 per request: 36.3k in the
   offsets-log section); with one partition per request the figure is the request rate, 5--12k
