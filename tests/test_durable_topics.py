@@ -279,3 +279,43 @@ def test_store_recreates_deletes_and_locks(tmp_path: Path) -> None:
         await store.stop()
 
     asyncio.run(run())
+
+
+def test_log_start_checkpoints_written_at_once_do_not_collide(tmp_path: Path) -> None:
+    """DeleteRecords writes the log-start checkpoint from worker threads, several at once when
+    several connections delete records, while the periodic duty writes it on the event loop:
+    every write succeeds and the file ends with the latest log starts (found by the frame fuzz:
+    two writers raced for the one temporary file, and one failed)."""
+    import asyncio
+    import threading
+
+    async def run() -> None:
+        store = TopicStore(data_dir=tmp_path, log_storage="disk", clock=FakeClock(T0))
+        await store.start()
+        t = store.create("orders", 8)
+        for p in t.partitions:
+            put(p, keyed([(b"k", b"v")] * 50), T0, store.policy(t))
+        errors: list[BaseException] = []
+        start = threading.Barrier(8)
+
+        def writer(index: int) -> None:
+            start.wait()
+            try:
+                for n in range(1, 6):
+                    t.partitions[index].log_start_offset = n  # as DeleteRecords moves it
+                    store.save_log_starts()
+            except BaseException as e:  # what the race raised: FileNotFoundError from the rename
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=60)
+        assert errors == []
+        store.save_log_starts()
+        text = (tmp_path / durable.LOG_START_CHECKPOINT).read_text()
+        assert all(f"orders {i} 5" in text for i in range(8)), text
+        await store.stop()
+
+    asyncio.run(run())

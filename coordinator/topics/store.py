@@ -165,6 +165,10 @@ class TopicStore:
         self.durable = data_dir is not None and log_storage == "disk"
         self._lock_fd: int | None = None
         self._log_starts_saved: dict[tuple[str, int], int] = {}
+        # DeleteRecords writes the checkpoint from worker threads (several at once when several
+        # connections delete records) while the periodic duty writes it on the event loop: one
+        # writer at a time, or two would race for the one temporary file
+        self._log_starts_lock = threading.Lock()
         self.load_report: durable.LoadReport | None = None
         self._topics: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
@@ -798,10 +802,11 @@ class TopicStore:
         """Write ``log-start-offset-checkpoint`` if a log start moved since the last write."""
         if not self.durable or self.data_dir is None:
             return
-        starts = self._log_starts()
-        if starts != self._log_starts_saved:
-            durable.write_checkpoint(self.data_dir / durable.LOG_START_CHECKPOINT, starts)
-            self._log_starts_saved = starts
+        with self._log_starts_lock:
+            starts = self._log_starts()
+            if starts != self._log_starts_saved:
+                durable.write_checkpoint(self.data_dir / durable.LOG_START_CHECKPOINT, starts)
+                self._log_starts_saved = starts
 
     async def save_log_starts_async(self) -> None:
         """DeleteRecords: the new log start offsets are on disk before the answer."""
