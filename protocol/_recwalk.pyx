@@ -678,6 +678,13 @@ cdef inline void _put_be(unsigned char *p, Py_ssize_t pos, int64_t v, int width)
         v >>= 8
 
 
+cdef inline Py_ssize_t _record_body_size(Py_ssize_t i, Py_ssize_t klen, Py_ssize_t vlen) noexcept:
+    """The bytes of a log record after its length: attributes, timestampDelta 0, offsetDelta
+    ``i``, the key and value with their lengths (-1: null), no headers."""
+    return (1 + 1 + _zigzag_size(i) + _zigzag_size(klen) + (klen if klen > 0 else 0)
+            + _zigzag_size(vlen) + (vlen if vlen > 0 else 0) + 1)
+
+
 def build_plain_batch(int64_t base_offset, list entries, int64_t timestamp, int32_t leader_epoch, object crc):
     """The batch ``build_batch`` in protocol/records.py makes (its reference: ``encode_batch``):
     records at offsets ``base_offset`` + i with the one ``timestamp``, keys and values of
@@ -702,8 +709,7 @@ def build_plain_batch(int64_t base_offset, list entries, int64_t timestamp, int3
             return None
         klen = -1 if key is None else len(<bytes>key)
         vlen = -1 if value is None else len(<bytes>value)
-        body = (1 + 1 + _zigzag_size(i) + _zigzag_size(klen) + (klen if klen > 0 else 0)
-                + _zigzag_size(vlen) + (vlen if vlen > 0 else 0) + 1)
+        body = _record_body_size(i, klen, vlen)
         total += _zigzag_size(body) + body
         if total > 0x7FFFFFFF:
             return None
@@ -726,8 +732,7 @@ def build_plain_batch(int64_t base_offset, list entries, int64_t timestamp, int3
         key, value = <tuple>entries[i]
         klen = -1 if key is None else len(<bytes>key)
         vlen = -1 if value is None else len(<bytes>value)
-        body = (1 + 1 + _zigzag_size(i) + _zigzag_size(klen) + (klen if klen > 0 else 0)
-                + _zigzag_size(vlen) + (vlen if vlen > 0 else 0) + 1)
+        body = _record_body_size(i, klen, vlen)
         pos = _put_zigzag(p, pos, body)
         p[pos] = 0                        # attributes
         p[pos + 1] = 0                    # timestampDelta: zig-zag 0
